@@ -1,0 +1,5 @@
+import sys
+
+from analyzers.cli import main
+
+sys.exit(main())

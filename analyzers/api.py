@@ -1,0 +1,59 @@
+"""One-call entry points used by the CLI, the fix library's demos and the dashboard."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import duckdb
+
+from analyzers.model import FileError, IngestResult
+from analyzers.store import connect
+
+ProgressCallback = Callable[[str, str, float], None]
+
+
+@dataclass
+class AnalysisOutcome:
+    """An ingest followed by analysis: the report (None when nothing loaded) and the ingest result."""
+    ingest: IngestResult
+    report: dict[str, Any] | None
+    errors: list[FileError] = field(default_factory=list)
+
+
+def ingest_and_analyze(con: duckdb.DuckDBPyConnection, paths: Iterable[str | os.PathLike],
+                       name: str | None = None, progress: ProgressCallback | None = None) -> AnalysisOutcome:
+    """Ingest the files as one run (or reuse the identical stored run), analyse it, build its report."""
+    from analyzers.ingest import ingest_paths
+
+    result = ingest_paths(con, [str(p) for p in paths], name=name, progress=progress)
+    if result.run_id is None:
+        return AnalysisOutcome(ingest=result, report=None, errors=list(result.errors))
+    report = analyze_stored_run(con, result.run_id, errors=result.errors + result.warnings)
+    return AnalysisOutcome(ingest=result, report=report, errors=list(result.errors))
+
+
+def analyze_stored_run(con: duckdb.DuckDBPyConnection, run_id: str,
+                       errors: Iterable[FileError] = ()) -> dict[str, Any]:
+    """Re-run every analysis on a stored run (refreshing its findings) and return its report."""
+    from analyzers.findings import analyze_run
+    from analyzers.report import build_report
+
+    analyze_run(con, run_id)
+    return build_report(con, run_id, errors=tuple(errors))
+
+
+def analyze_paths(paths: Iterable[str | os.PathLike], db_path: str | os.PathLike = ":memory:",
+                  name: str | None = None) -> dict[str, Any]:
+    """Ingest + analyse + report in one call; the report follows the CLI's JSON contract.
+
+    When nothing could be loaded the report has an empty run and the errors.
+    """
+    con = connect(db_path)
+    try:
+        outcome = ingest_and_analyze(con, paths, name=name)
+        if outcome.report is not None:
+            return outcome.report
+        return {"run": None, "errors": [e.to_dict() for e in outcome.errors], "ranks": [], "findings": []}
+    finally:
+        con.close()

@@ -1,0 +1,84 @@
+-- TraceDoctor store: the tables every layer reads. Created idempotently by analyzers.store.connect().
+-- Times are integer nanoseconds since the epoch (or since the trace's own origin when the
+-- trace has no absolute clock); durations are integer nanoseconds.
+
+-- One row per ingested run (all rank files of one job).
+CREATE TABLE IF NOT EXISTS runs (
+    run_id      VARCHAR PRIMARY KEY,   -- short content hash of the run's rank files (stable across re-ingest)
+    name        VARCHAR NOT NULL,      -- user-facing name; defaults to the input path's base name
+    created_at  TIMESTAMP NOT NULL,    -- when it was ingested
+    source      VARCHAR,               -- the path(s) given to ingest, as the user typed them
+    sha256      VARCHAR NOT NULL,      -- full hash over the sorted per-file hashes
+    world_size  INTEGER,               -- from distributedInfo, else the number of rank files
+    tags        VARCHAR[] DEFAULT [],  -- free-form labels ("baseline", "after-fix")
+    notes       VARCHAR DEFAULT ''
+);
+
+-- One row per rank file of a run.
+CREATE TABLE IF NOT EXISTS ranks (
+    run_id            VARCHAR NOT NULL,
+    rank              INTEGER NOT NULL,  -- distributedInfo.rank, else from the file name (rank-3, rank3, _3.), else order
+    file_name         VARCHAR NOT NULL,  -- the member name as given (zip member or base name)
+    file_sha256       VARCHAR NOT NULL,
+    schema_version    VARCHAR,
+    device_name       VARCHAR,           -- deviceProperties[0].name, NULL for CPU-only traces
+    base_time_ns      BIGINT,            -- baseTimeNanoseconds when present
+    distributed_info  JSON,
+    device_properties JSON,
+    trace_meta        JSON,              -- the remaining top-level keys (traceName, displayTimeUnit, ...)
+    n_events          BIGINT,
+    PRIMARY KEY (run_id, rank)
+);
+
+-- Every trace event, normalised across Kineto generations.
+-- kind is one of: kernel, memcpy, memset, runtime, driver, cpu_op, user_annotation,
+-- gpu_user_annotation, python_function, cuda_sync, flow, instant, counter, metadata, trace, other
+-- (old 'Kernel'->kernel, 'Runtime'->runtime, 'Operator'->cpu_op except ProfilerStep#N/record_function
+-- names which stay cpu_op, 'Memcpy'->memcpy, 'Memset'->memset, 'async'/'ac2g'/'async_cpu_to_gpu'/'fwdbwd'->flow).
+CREATE TABLE IF NOT EXISTS events (
+    run_id       VARCHAR NOT NULL,
+    rank         INTEGER NOT NULL,
+    kind         VARCHAR NOT NULL,
+    cat          VARCHAR,          -- the category exactly as written in the trace
+    ph           VARCHAR,          -- X, i, s, f, M, C, ...
+    name         VARCHAR,
+    ts_ns        BIGINT,           -- start, integer ns (exact from the text, no float rounding)
+    dur_ns       BIGINT,           -- 0 for instants; NULL when absent
+    pid          VARCHAR,          -- as text: pids/tids are sometimes strings ("Spans", "stream 7")
+    tid          VARCHAR,
+    device       INTEGER,          -- GPU activity: args.device (else numeric pid)
+    stream       INTEGER,          -- GPU activity: args.stream (else numeric tid / "stream N")
+    correlation  BIGINT,           -- args.correlation; for flow events their id
+    external_id  BIGINT,           -- args["External id"] / args["external id"]
+    bytes        BIGINT,           -- memcpy/memset args.bytes
+    args         JSON              -- the event's args object, verbatim
+);
+
+-- Analyzer output, one row per finding (rewritten whenever a run is analysed).
+CREATE TABLE IF NOT EXISTS findings (
+    run_id      VARCHAR NOT NULL,
+    finding_id  VARCHAR NOT NULL,  -- stable within a run: kind + where, e.g. "launch_gap:r0:s7"
+    kind        VARCHAR NOT NULL,  -- launch_gap, host_sync, h2d_stall, dataloader_stall, rank_imbalance, comm_exposed, ...
+    severity    VARCHAR NOT NULL,  -- high | medium | low
+    rank        INTEGER,           -- NULL when the finding is about the whole run
+    step        INTEGER,           -- ProfilerStep number where it is worst, NULL when spread over all
+    stream      INTEGER,
+    t_start_ns  BIGINT,            -- the window that shows it best
+    t_end_ns    BIGINT,
+    cost_ns     BIGINT,            -- GPU time lost per step (upper bound of what a fix saves)
+    cost_pct    DOUBLE,            -- cost_ns / mean step time * 100
+    metrics     JSON,              -- the evidence, analysis-specific
+    fix_ids     VARCHAR[],         -- accel registry ids, best fit first
+    summary     VARCHAR,
+    PRIMARY KEY (run_id, finding_id)
+);
+
+-- Review marks on findings; kept across re-analysis and shown in reports.
+CREATE TABLE IF NOT EXISTS finding_marks (
+    run_id      VARCHAR NOT NULL,
+    finding_id  VARCHAR NOT NULL,
+    status      VARCHAR NOT NULL,  -- to_fix | fixed | wont_fix
+    note        VARCHAR DEFAULT '',
+    updated_at  TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, finding_id)
+);

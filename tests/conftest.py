@@ -1,0 +1,25 @@
+"""Shared test fixtures.
+
+Real traces from public projects live in ../shared/traces beside the checkout (never copied into
+the project); tests that read them skip cleanly where that folder is absent.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+SHARED_TRACES = Path(os.environ.get("TRACEDOCTOR_SHARED_TRACES", REPO_ROOT.parent / "shared" / "traces"))
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    """Path to ../shared/traces; skips the test when it is absent."""
+    if not (SHARED_TRACES / "README.md").exists():
+        pytest.skip(f"real traces not available at {SHARED_TRACES}")
+    return SHARED_TRACES
