@@ -1,0 +1,1 @@
+"""Input-pipeline fixes: CUDA prefetcher, DataLoader tuning, balanced distributed sampler."""

@@ -1,0 +1,97 @@
+"""Derive DataLoader settings from a dataloader_stall finding and the machine, and build it.
+
+The arithmetic: with W ms of loading per batch (serial, in one process) and C ms of compute per
+step, k workers load k batches in parallel, so the loop stops waiting once k * C >= W, i.e.
+k = ceil(W / C). In a trace with num_workers=0, W is the time spent in DataLoader.__next__
+per step and C the rest of the step. One extra worker absorbs jitter. Capped at the CPUs this
+process may use: for CPU-bound decoding more workers than cores only contend (for loaders
+waiting on I/O or the network more can help: pass max_workers).
+
+    loader = tuned_dataloader(dataset, batch_size=64, shuffle=True, metrics=finding["metrics"])
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+from accel.registry import num
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    num_workers: int
+    pin_memory: bool
+    persistent_workers: bool
+    prefetch_factor: int | None     # None when num_workers == 0 (torch requires it)
+    reason: str                     # how the numbers were derived, in one line
+
+    def kwargs(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("reason")
+        if self.num_workers == 0:
+            data.pop("prefetch_factor")
+            data["persistent_workers"] = False
+        return data
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (affinity-aware; containers often restrict it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def suggest_settings(metrics: Mapping[str, Any] | None = None, *, cpu_count: int | None = None,
+                     cuda: bool | None = None, max_workers: int | None = None) -> LoaderSettings:
+    """Loader settings for the machine, sized from the finding's metrics when they say enough.
+
+    Reads metrics keys (all optional): wait_ms_per_step (time the loop waits for a batch),
+    step_time_ms, num_workers (workers in the profiled run), wait_cv (coefficient of variation
+    of the wait: spiky loading wants a deeper prefetch queue).
+    """
+    cpus = cpu_count if cpu_count is not None else usable_cpus()
+    if cuda is None:
+        try:
+            import torch
+            cuda = torch.cuda.is_available()
+        except ImportError:
+            cuda = False
+    cap = max(1, max_workers if max_workers is not None else cpus)
+
+    wait = num(metrics, "wait_ms_per_step", "dataloader_wait_ms", "wait_ms")
+    step = num(metrics, "step_time_ms", "mean_step_ms")
+    workers_seen = num(metrics, "num_workers") or 0
+    if wait is not None and step is not None and step > wait > 0:
+        compute = step - wait
+        # Loading work per batch: all of the wait with 0 workers; with k workers already,
+        # each supplies a batch per (C + wait) * k, so the serial load time is about that.
+        load = wait if workers_seen == 0 else (compute + wait) * workers_seen
+        needed = math.ceil(load / compute) + 1
+        workers = min(cap, needed)
+        reason = (f"loading ~{load:.1f} ms/batch vs {compute:.1f} ms compute -> {needed} workers"
+                  f"{'' if needed <= cap else f', capped at {cap}'}")
+    else:
+        workers = cap
+        reason = f"no wait/step metrics: one worker per usable CPU ({cap})"
+
+    cv = num(metrics, "wait_cv")
+    prefetch = 4 if cv is not None and cv > 0.5 else 2
+    return LoaderSettings(num_workers=workers, pin_memory=bool(cuda),
+                          persistent_workers=workers > 0,
+                          prefetch_factor=prefetch if workers > 0 else None, reason=reason)
+
+
+def tuned_dataloader(dataset, batch_size: int = 1, *, metrics: Mapping[str, Any] | None = None,
+                     settings: LoaderSettings | None = None, **loader_kwargs):
+    """torch.utils.data.DataLoader with suggested settings; explicit loader_kwargs win."""
+    from torch.utils.data import DataLoader
+
+    settings = settings or suggest_settings(metrics)
+    kwargs = {**settings.kwargs(), **loader_kwargs}
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs["persistent_workers"] = False
+    return DataLoader(dataset, batch_size=batch_size, **kwargs)

@@ -1,0 +1,547 @@
+"""Which fixes address which finding kind, when each applies, and the code a user pastes.
+
+Imports no torch: the analyzers import this module to fill a finding's `fixes` list.
+
+Predicates read a finding's `metrics` dict. The analyzers' metric keys are not final, so every
+predicate is tolerant: a missing (or non-numeric) key means "unknown", and unknown means the fix
+applies. A predicate only says "does not apply" on positive evidence (e.g. shapes known to vary
+for a CUDA graph). Each Fix lists the keys it reads in `reads` so both sides can line up.
+
+Ranking (`fixes_for`): applicable fixes first, then by fit (a per-kind base score saying how
+directly the fix attacks that kind, plus a bonus when the metrics point at it), then by the
+order below.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+FINDING_KINDS = ("launch_gap", "host_sync", "h2d_stall", "dataloader_stall", "rank_imbalance",
+                 "comm_exposed")
+NEEDS = frozenset({"cuda", "triton", "multi_rank", "multi_gpu"})
+
+Metrics = Mapping[str, Any]
+
+
+def num(metrics: Metrics | None, *keys: str) -> float | None:
+    """The first of `keys` present in metrics as a real number (bools count as 0/1), else None."""
+    if not isinstance(metrics, Mapping):
+        return None
+    for key in keys:
+        value = metrics.get(key)
+        if isinstance(value, bool):
+            return float(value)
+        if isinstance(value, (int, float)) and value == value:  # value == value drops NaN
+            return float(value)
+    return None
+
+
+def flag(metrics: Metrics | None, *keys: str) -> bool | None:
+    """The first of `keys` present as a bool (or 0/1 number), else None (unknown)."""
+    value = num(metrics, *keys)
+    return None if value is None else bool(value)
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One fix: what it addresses, what it needs, the code to paste, and when it applies."""
+    id: str
+    title: str
+    addresses: list[str]                 # finding kinds, in the order the fix attacks them best
+    needs: list[str]                     # subset of NEEDS
+    snippet: str                         # the code a user pastes (real, runnable with their names)
+    description: str                     # why it helps, and when it does not
+    module: str                          # dotted path of the implementation
+    demo_module: str                     # dotted path of the demo (exposes run(out_dir, device, steps))
+    fit: dict[str, float] = field(default_factory=dict)  # base fit per addressed kind, 0..1
+    reads: tuple[str, ...] = ()          # metric keys the predicate and bonus read
+    predicate: Callable[[Metrics], bool | None] | None = None   # False = known not to apply
+    bonus: Callable[[Metrics], float] | None = None             # extra fit from the metrics
+
+    @property
+    def demo(self) -> str:
+        return f"python -m accel.demo {self.id} --out DIR"
+
+    def applies(self, metrics: Metrics | None = None) -> bool:
+        """True unless the metrics show the fix cannot help (unknown or odd metrics: True)."""
+        if self.predicate is None:
+            return True
+        try:
+            verdict = self.predicate(metrics if isinstance(metrics, Mapping) else {})
+        except Exception:  # a metrics shape we did not foresee must not break a report
+            return True
+        return verdict is not False
+
+    def fit_for(self, kind: str, metrics: Metrics | None = None) -> float:
+        """How well this fix suits a finding of `kind` with these metrics (higher is better)."""
+        score = self.fit.get(kind, 0.5 if kind in self.addresses else 0.0)
+        if self.bonus is not None:
+            try:
+                score += float(self.bonus(metrics if isinstance(metrics, Mapping) else {}))
+            except Exception:
+                pass
+        return score
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "addresses": list(self.addresses),
+                "needs": list(self.needs), "snippet": self.snippet,
+                "description": self.description, "module": self.module, "demo": self.demo}
+
+
+# --- predicates --------------------------------------------------------------------------------
+# Each reads only the keys listed in its Fix's `reads`. Conventions for the analyzers:
+#   static_shapes (bool)          input shapes identical across steps (record_shapes)
+#   distinct_shapes (int)         number of distinct input shape sets across steps
+#   syncs_per_step (number)       blocking host<->device synchronisations per step
+#   optimizer_kernel_share (0..1) share of the step's kernels launched from optimizer.step
+#   elementwise_kernel_share (0..1) share of the step's kernels that are small elementwise ones
+#   median_kernel_us (number)     median kernel duration
+#   pageable_share (0..1)         share of H2D bytes copied from pageable memory
+#   h2d_overlap_pct (0..100)      share of H2D copy time overlapped with kernels
+#   num_workers (int)             DataLoader workers seen in the trace (0 = single process)
+#   imbalance_source (str)        "compute" | "data" | "comm" | ...
+#   busbw_gbps (number)           collective bus bandwidth achieved
+#   mean_msg_bytes (number)       mean collective message size
+#   collectives_per_step (number) collective kernels per step
+#   overlap_pct (0..100)          communication overlapped with compute
+#   grad_accum_steps (int)        micro-steps per optimizer step
+#   nodes, world_size, local_world_size (int)
+
+def _graph_capturable(m: Metrics) -> bool | None:
+    # A CUDA graph replays fixed shapes and cannot contain host syncs.
+    if flag(m, "static_shapes") is False:
+        return False
+    distinct = num(m, "distinct_shapes")
+    if distinct is not None and distinct > 1:
+        return False
+    # One or two syncs per step are usually the loss.item() / logging after the step, which can
+    # stay outside the captured region; more mean the step body itself syncs.
+    syncs = num(m, "syncs_per_step")
+    if syncs is not None and syncs > 2:
+        return False
+    return None
+
+
+def _compile_fits(m: Metrics) -> bool | None:
+    # reduce-overhead records one CUDA graph per shape set: a few shapes are fine, many recompile.
+    distinct = num(m, "distinct_shapes")
+    if distinct is not None and distinct > 8:
+        return False
+    return None
+
+
+def _optimizer_bound(m: Metrics) -> bool | None:
+    share = num(m, "optimizer_kernel_share")
+    if share is not None and share < 0.2:
+        return False   # the gaps are not the optimizer's tiny kernels
+    return None
+
+
+def _elementwise_bound(m: Metrics) -> bool | None:
+    share = num(m, "elementwise_kernel_share")
+    if share is not None and share < 0.2:
+        return False
+    return None
+
+
+def _copies_exposed(m: Metrics) -> bool | None:
+    pageable = num(m, "pageable_share")
+    overlap = num(m, "h2d_overlap_pct")
+    if pageable is not None and overlap is not None and pageable == 0 and overlap >= 90:
+        return False   # already pinned and already hidden behind compute
+    return None
+
+
+def _loader_can_grow(m: Metrics) -> bool | None:
+    workers = num(m, "num_workers")
+    cpus = num(m, "cpu_count")
+    if workers is not None and cpus is not None and workers >= cpus:
+        return False   # already one worker per core: more workers will not help
+    return None
+
+
+def _imbalance_from_data(m: Metrics) -> bool | None:
+    source = m.get("imbalance_source")
+    if isinstance(source, str) and source not in ("compute", "data", "input"):
+        return False
+    return None
+
+
+def _bandwidth_bound(m: Metrics) -> bool | None:
+    size = num(m, "mean_msg_bytes")
+    if size is not None and size < 256 * 1024:
+        return False   # latency-bound small messages: fewer bytes will not be faster
+    return None
+
+
+def _slow_link(m: Metrics) -> bool | None:
+    busbw = num(m, "busbw_gbps")
+    if busbw is not None and busbw >= 50:
+        return False   # NVLink-class links: PowerSGD's compression costs more than it saves
+    return None
+
+
+def _many_small_or_late_buckets(m: Metrics) -> bool | None:
+    return None        # bucket size is a cheap knob worth trying on any exposed DDP comm
+
+
+def _accumulating(m: Metrics) -> bool | None:
+    accum = num(m, "grad_accum_steps")
+    if accum is not None and accum <= 1:
+        return False   # no accumulation: no all-reduce to skip
+    return None
+
+
+def _multi_node(m: Metrics) -> bool | None:
+    nodes = num(m, "nodes")
+    if nodes is not None:
+        return None if nodes > 1 else False
+    world, local = num(m, "world_size"), num(m, "local_world_size")
+    if world is not None and local is not None and world <= local:
+        return False   # one node: NCCL's own ring/tree is already hierarchical enough
+    return None
+
+
+def _share_bonus(key: str, weight: float = 0.3) -> Callable[[Metrics], float]:
+    def bonus(m: Metrics) -> float:
+        share = num(m, key)
+        return 0.0 if share is None else weight * max(0.0, min(1.0, share))
+    return bonus
+
+
+def _slow_link_bonus(m: Metrics) -> float:
+    busbw = num(m, "busbw_gbps")
+    return 0.0 if busbw is None else 0.3 * max(0.0, 1.0 - busbw / 50.0)
+
+
+def _pageable_bonus(m: Metrics) -> float:
+    share = num(m, "pageable_share")
+    return 0.0 if share is None else 0.2 * max(0.0, min(1.0, share))
+
+
+# --- the fixes ---------------------------------------------------------------------------------
+
+_FIX_LIST = [
+    Fix(
+        id="cuda_graph",
+        title="Capture the training step in a CUDA graph",
+        addresses=["launch_gap"],
+        needs=["cuda"],
+        snippet=(
+            "from accel.kernels.cuda_graph import CudaGraphStep\n"
+            "# optimizer built with capturable=True (Adam/AdamW), static batch shape\n"
+            "step = CudaGraphStep(model, loss_fn, optimizer, sample_batch=(x0, y0))\n"
+            "for x, y in loader:\n"
+            "    loss = step.step((x, y))   # one cudaGraphLaunch instead of hundreds of launches\n"
+        ),
+        description=(
+            "Replays forward, backward and optimizer step as one graph launch, so the GPU no "
+            "longer waits for the CPU to launch each small kernel. Needs static shapes, no host "
+            "syncs (.item(), printing tensors) and no CPU-side control flow on tensor values "
+            "inside the step; gains nothing when kernels are long (compute-bound steps)."
+        ),
+        module="accel.kernels.cuda_graph",
+        demo_module="accel.demos.cuda_graph",
+        fit={"launch_gap": 0.9},
+        reads=("static_shapes", "distinct_shapes", "syncs_per_step"),
+        predicate=_graph_capturable,
+    ),
+    Fix(
+        id="compile_reduce_overhead",
+        title="torch.compile(mode=\"reduce-overhead\")",
+        addresses=["launch_gap"],
+        needs=["cuda"],
+        snippet=(
+            "model = torch.compile(model, mode=\"reduce-overhead\")\n"
+            "# mark step boundaries if you keep outputs across steps:\n"
+            "# torch.compiler.cudagraph_mark_step_begin()\n"
+        ),
+        description=(
+            "One line: Inductor fuses elementwise chains and wraps the compiled graph in CUDA "
+            "graphs (one per input shape set), cutting launch count and launch overhead. Pays "
+            "a compile time up front; many distinct shapes mean many recompiles and graphs; "
+            "graph breaks (.item(), data-dependent Python) leave eager gaps behind."
+        ),
+        module="accel.kernels.compile",
+        demo_module="accel.demos.compile_reduce_overhead",
+        fit={"launch_gap": 0.8},
+        reads=("distinct_shapes", "elementwise_kernel_share"),
+        predicate=_compile_fits,
+        bonus=_share_bonus("elementwise_kernel_share", 0.1),
+    ),
+    Fix(
+        id="fused_optimizer",
+        title="Fused / foreach optimizer instead of a per-parameter loop",
+        addresses=["launch_gap"],
+        needs=[],
+        snippet=(
+            "from accel.kernels.fused_optimizer import fuse_optimizer\n"
+            "optimizer = fuse_optimizer(optimizer)  # fused=True on CUDA, foreach=True elsewhere;\n"
+            "                                       # keeps param groups and state\n"
+            "# or when building it: torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)\n"
+        ),
+        description=(
+            "A per-parameter optimizer launches ~10 tiny kernels per parameter tensor; foreach "
+            "batches them into a few multi-tensor kernels, fused does the whole update in one "
+            "kernel per group of tensors. Helps when the model has many parameter tensors; "
+            "little to gain with a handful of large ones."
+        ),
+        module="accel.kernels.fused_optimizer",
+        demo_module="accel.demos.fused_optimizer",
+        fit={"launch_gap": 0.7},
+        reads=("optimizer_kernel_share",),
+        predicate=_optimizer_bound,
+        bonus=_share_bonus("optimizer_kernel_share", 0.4),
+    ),
+    Fix(
+        id="triton_fused_elementwise",
+        title="Fuse bias + GELU + dropout into one Triton kernel",
+        addresses=["launch_gap"],
+        needs=["cuda", "triton"],
+        snippet=(
+            "from accel.kernels.triton_fused import fused_bias_gelu_dropout\n"
+            "# was: y = F.dropout(F.gelu(x + bias), p=0.1, training=self.training)\n"
+            "y = fused_bias_gelu_dropout(x, bias, p=0.1, training=self.training)\n"
+        ),
+        description=(
+            "Three (forward) and four (backward) memory-bound kernels become one each: fewer "
+            "launches and one read and write of the activation instead of three. Helps when "
+            "small elementwise kernels dominate the step; nothing to gain in GEMM-bound steps."
+        ),
+        module="accel.kernels.triton_fused",
+        demo_module="accel.demos.triton_fused_elementwise",
+        fit={"launch_gap": 0.6},
+        reads=("elementwise_kernel_share",),
+        predicate=_elementwise_bound,
+        bonus=_share_bonus("elementwise_kernel_share", 0.4),
+    ),
+    Fix(
+        id="cuda_prefetcher",
+        title="Prefetch the next batch to the GPU on a side stream (pinned, non_blocking)",
+        addresses=["h2d_stall", "host_sync", "dataloader_stall"],
+        needs=["cuda"],
+        snippet=(
+            "from accel.data.prefetcher import CudaPrefetcher\n"
+            "for batch in CudaPrefetcher(loader, device=\"cuda\"):\n"
+            "    loss = train_step(batch)   # batch is already on the GPU; the next one is in flight\n"
+        ),
+        description=(
+            "Copies from pinned host memory on a side stream while the current batch computes, "
+            "so H2D copies stop blocking the host (pageable copies are synchronous) and stop "
+            "stalling the compute stream. Hides copy time only up to the compute time of a "
+            "step; does not make a slow data loader faster. On CPU it is a pass-through."
+        ),
+        module="accel.data.prefetcher",
+        demo_module="accel.demos.cuda_prefetcher",
+        fit={"h2d_stall": 0.9, "host_sync": 0.5, "dataloader_stall": 0.3},
+        reads=("pageable_share", "h2d_overlap_pct"),
+        predicate=_copies_exposed,
+        bonus=_pageable_bonus,
+    ),
+    Fix(
+        id="dataloader_tuning",
+        title="Tune DataLoader workers, pinning and prefetch from the trace",
+        addresses=["dataloader_stall", "h2d_stall"],
+        needs=[],
+        snippet=(
+            "from accel.data.loader_tuning import tuned_dataloader\n"
+            "loader = tuned_dataloader(dataset, batch_size=64, shuffle=True,\n"
+            "                          metrics=finding[\"metrics\"])  # workers, pin_memory, prefetch\n"
+        ),
+        description=(
+            "When the training loop waits in DataLoader.__next__, loading runs serially with "
+            "compute. Worker processes load the next batches in parallel; pin_memory makes the "
+            "H2D copy asynchronous; persistent workers skip the restart each epoch. Cannot help "
+            "past one worker per core for CPU-bound decoding, nor when storage is the limit."
+        ),
+        module="accel.data.loader_tuning",
+        demo_module="accel.demos.dataloader_tuning",
+        fit={"dataloader_stall": 0.9, "h2d_stall": 0.4},
+        reads=("num_workers", "cpu_count", "wait_ms_per_step", "step_time_ms"),
+        predicate=_loader_can_grow,
+    ),
+    # --- owned by the accel-dist helper (modules and demos under accel/comm, accel/demos/dist_*) --
+    Fix(
+        id="balanced_sampler",
+        title="Balance tokens per rank with a length-aware distributed sampler",
+        addresses=["rank_imbalance"],
+        needs=["multi_rank"],
+        snippet=(
+            "from accel.data.balanced_sampler import BalancedDistributedSampler\n"
+            "# drop-in for DistributedSampler; lengths = tokens per sample, batch_size = the loader's\n"
+            "sampler = BalancedDistributedSampler(dataset, lengths=lengths, batch_size=32, seed=0)\n"
+            "loader = DataLoader(dataset, batch_size=32, sampler=sampler, collate_fn=pad_collate)\n"
+            "for epoch in range(epochs):\n"
+            "    sampler.set_epoch(epoch)\n"
+            "    ...\n"
+            "# variable-size batches under a token budget instead:\n"
+            "# BalancedBatchSampler(lengths, max_tokens=16384) as DataLoader(batch_sampler=...)\n"
+        ),
+        description=(
+            "With variable-length samples, DistributedSampler gives every rank the same number "
+            "of samples but not the same work: each step, all ranks wait at the gradient "
+            "all-reduce for the rank that drew the longest sequences. This sampler sorts samples "
+            "by length within windows (so a step's samples have similar lengths and padding "
+            "shrinks) and deals each step's samples to ranks so their token counts match, "
+            "deterministically per seed and epoch. Does not help when the imbalance comes from "
+            "hardware (a slow GPU, thermal throttling) or from communication."
+        ),
+        module="accel.data.balanced_sampler",
+        demo_module="accel.demos.dist_balanced_sampler",
+        fit={"rank_imbalance": 0.9},
+        reads=("imbalance_source",),
+        predicate=_imbalance_from_data,
+    ),
+    Fix(
+        id="comm_compression",
+        title="Compress DDP gradients to bf16/fp16 (communication hook)",
+        addresses=["comm_exposed"],
+        needs=["multi_rank"],
+        snippet=(
+            "from accel.comm import apply_comm_hook\n"
+            "ddp_model = DistributedDataParallel(model, device_ids=[local_rank])\n"
+            "apply_comm_hook(ddp_model, kind=\"auto\")  # bf16 where native (Ampere+, CPU), else fp16\n"
+            "# plain torch on NCCL: ddp_model.register_comm_hook(None, default_hooks.bf16_compress_hook)\n"
+        ),
+        description=(
+            "Casts each gradient bucket to 16 bits before the all-reduce: half the bytes on the "
+            "wire. Pays when the all-reduce is bandwidth-bound on a slow link (Ethernet between "
+            "nodes, PCIe without NVLink); small latency-bound messages gain nothing, and on a "
+            "fast link the casts can cost more than they save. Results differ from fp32 "
+            "all-reduce by 16-bit rounding of the gradients (bf16 keeps fp32's range)."
+        ),
+        module="accel.comm.hooks",
+        demo_module="accel.demos.dist_comm_compression",
+        fit={"comm_exposed": 0.7},
+        reads=("mean_msg_bytes",),
+        predicate=_bandwidth_bound,
+    ),
+    Fix(
+        id="powersgd",
+        title="PowerSGD low-rank gradient compression",
+        addresses=["comm_exposed"],
+        needs=["multi_rank"],
+        snippet=(
+            "from accel.comm import apply_comm_hook\n"
+            "# rank-2 approximation, error feedback and warm start; plain all-reduce for the first\n"
+            "# 1000 steps (about 10% of training) while gradients change fast\n"
+            "state = apply_comm_hook(ddp_model, kind=\"powersgd\",\n"
+            "                        matrix_approximation_rank=2, start_powerSGD_iter=1000)\n"
+        ),
+        description=(
+            "Sends low-rank factors of each gradient matrix instead of the matrix (often 10-100x "
+            "fewer bytes), keeping the residual for the next step (error feedback). Pays on slow "
+            "links (Ethernet, cross-node) with large layers; on NVLink its extra compute costs "
+            "more than it saves. Lossy: it changes the optimisation trajectory (error feedback "
+            "keeps it converging like SGD). On gloo, apply_comm_hook serialises the hook per "
+            "bucket (torch's hook issues collectives from callbacks in different orders on "
+            "different ranks, which gloo does not survive with several buckets)."
+        ),
+        module="accel.comm.hooks",
+        demo_module="accel.demos.dist_powersgd",
+        fit={"comm_exposed": 0.5},
+        reads=("busbw_gbps",),
+        predicate=_slow_link,
+        bonus=_slow_link_bonus,
+    ),
+    Fix(
+        id="ddp_bucket_tuning",
+        title="Size DDP buckets from the trace (bucket_cap_mb, gradient_as_bucket_view)",
+        addresses=["comm_exposed"],
+        needs=["multi_rank"],
+        snippet=(
+            "from accel.comm import derive_ddp_settings, wrap_ddp\n"
+            "ddp_model = wrap_ddp(model, finding[\"metrics\"], device_ids=[local_rank])\n"
+            "print(derive_ddp_settings(finding[\"metrics\"]).reasons)  # why each setting\n"
+        ),
+        description=(
+            "Bucket size trades latency against overlap: many small all-reduces each pay a fixed "
+            "cost (merge them into a few buckets), one huge all-reduce at the end of backward "
+            "overlaps nothing (split it so communication starts during backward). Also turns on "
+            "gradient_as_bucket_view (one gradient copy and buffer less). Cannot help when the "
+            "link itself is too slow for the bytes: compress instead."
+        ),
+        module="accel.comm.bucket_tuning",
+        demo_module="accel.demos.dist_ddp_bucket_tuning",
+        fit={"comm_exposed": 0.6},
+        reads=("collectives_per_step", "mean_msg_bytes", "bytes_per_step", "overlap_pct",
+               "static_graph"),
+        predicate=_many_small_or_late_buckets,
+    ),
+    Fix(
+        id="no_sync_accumulation",
+        title="All-reduce once per optimizer step when accumulating gradients (no_sync)",
+        addresses=["comm_exposed"],
+        needs=["multi_rank"],
+        snippet=(
+            "from accel.comm import accumulate_gradients\n"
+            "# model.no_sync() for all micro-batches but the last; each loss divided by their count\n"
+            "loss = accumulate_gradients(ddp_model, micro_batches,\n"
+            "                            lambda m, b: loss_fn(m(b[\"x\"]), b[\"y\"]))\n"
+            "optimizer.step(); optimizer.zero_grad()\n"
+        ),
+        description=(
+            "With gradient accumulation over k micro-batches, DDP all-reduces after every "
+            "backward: k all-reduces per optimizer step where one is enough. Under no_sync the "
+            "gradients add up locally and the last backward all-reduces the sum once; the result "
+            "equals the full batch's gradient. Nothing to gain without accumulation."
+        ),
+        module="accel.comm.no_sync",
+        demo_module="accel.demos.dist_no_sync_accumulation",
+        fit={"comm_exposed": 0.6},
+        reads=("grad_accum_steps",),
+        predicate=_accumulating,
+    ),
+    Fix(
+        id="hierarchical_allreduce",
+        title="Hierarchical all-reduce (reduce-scatter in node, all-reduce across, all-gather)",
+        addresses=["comm_exposed"],
+        needs=["multi_rank"],
+        snippet=(
+            "from accel.comm import apply_comm_hook\n"
+            "# ranks laid out node by node (torchrun's layout); local_size = ranks per node\n"
+            "apply_comm_hook(ddp_model, kind=\"hierarchical\", local_size=8)\n"
+        ),
+        description=(
+            "Reduce-scatters inside each node over fast links, all-reduces each 1/local_size "
+            "slice among the peers with the same local rank across nodes, then all-gathers in "
+            "the node: each rank sends 1/local_size of the gradients over the slow network "
+            "instead of all of them. Pays across nodes with a slow interconnect; within one node "
+            "it only adds steps (NCCL is already topology-aware there)."
+        ),
+        module="accel.comm.hierarchical",
+        demo_module="accel.demos.dist_hierarchical_allreduce",
+        fit={"comm_exposed": 0.4},
+        reads=("nodes", "world_size", "local_world_size"),
+        predicate=_multi_node,
+    ),
+]
+
+FIXES: dict[str, Fix] = {fix.id: fix for fix in _FIX_LIST}
+
+
+def get(fix_id: str) -> Fix:
+    """The Fix with this id; KeyError naming the known ids otherwise."""
+    try:
+        return FIXES[fix_id]
+    except KeyError:
+        raise KeyError(f"unknown fix {fix_id!r}; known: {', '.join(FIXES)}") from None
+
+
+def fixes_for(kind: str, metrics: Metrics | None = None) -> list[str]:
+    """Fix ids addressing `kind`, applicable ones first, each part ranked by fit (best first).
+
+    Fixes whose predicate rules them out are kept at the end (the user may know better than the
+    metrics), so the list is empty only for kinds no fix addresses.
+    """
+    order = {fix_id: i for i, fix_id in enumerate(FIXES)}
+    candidates = [fix for fix in FIXES.values() if kind in fix.addresses]
+    candidates.sort(key=lambda fix: (not fix.applies(metrics), -fix.fit_for(kind, metrics),
+                                     order[fix.id]))
+    return [fix.id for fix in candidates]
+
+
+def list_fixes() -> list[dict[str, Any]]:
+    """[{id, title, addresses, needs}] for `python -m accel.demo --list --format json`."""
+    return [{"id": f.id, "title": f.title, "addresses": list(f.addresses), "needs": list(f.needs)}
+            for f in FIXES.values()]

@@ -1,0 +1,80 @@
+"""launch_gap: the GPU idles because the CPU issues work too slowly.
+
+Cost: per step, the GPU idle time in gaps whose next work was launched only after the GPU had
+gone idle and that no DataLoader wait, blocking host-to-device copy or host sync explains
+(those gaps belong to dataloader_stall, h2d_stall and host_sync; see launch_gap.sql). The
+metrics add HTA-style launch statistics (launch delay, kernels shorter than their launch) and
+the runs of tiny kernels a CUDA graph or fusion would collapse.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from analyzers.analyses import cause_row, gap_causes, query, rounded, to_ms
+from analyzers.model import Finding
+
+KIND = "launch_gap"
+
+
+def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]:
+    if not ctx.has_gpu:
+        return []
+    t = ctx.thresholds
+    causes = gap_causes(con, run_id, ctx)
+    stats = {r["rank"]: r for r in query(con, "SELECT * FROM launch_stats(?, ?, ?, ?)",
+                                         [run_id, int(t["LAUNCH_DELAY_OUTLIER_NS"]),
+                                          int(t["LAUNCH_RUNTIME_OUTLIER_NS"]), int(t["TINY_KERNEL_NS"])])}
+    tiny = {r["rank"]: r for r in query(
+        con, "SELECT rank, count(*) AS runs, sum(kernels) AS kernels, sum(idle_ns) AS idle_ns, "
+             "max(kernels) AS longest_run, mode(top_kernel) AS top_kernel "
+             "FROM tiny_kernel_runs(?, ?, ?, ?) GROUP BY rank",
+        [run_id, int(t["TINY_KERNEL_NS"]), int(t["TINY_RUN_MAX_GAP_NS"]), int(t["TINY_RUN_MIN_KERNELS"])])}
+    syncs = {r["rank"]: r["n"] for r in query(con, "SELECT rank, count(*) AS n FROM sync_calls(?) GROUP BY rank",
+                                              [run_id])}
+    findings = []
+    for rank in ctx.gpu_ranks():
+        row = cause_row(causes, rank, "launch_bound")
+        if row is None:
+            continue
+        info = ctx.ranks[rank]
+        per_step = info.steps_divisor
+        cost_ns = row["idle_ns"] / per_step
+        wait = cause_row(causes, rank, "gpu_wait")
+        ls = stats.get(rank, {})
+        tr = tiny.get(rank, {})
+        metrics = {
+            "idle_ms_per_step": to_ms(cost_ns),
+            "gaps_per_step": rounded(row["gaps"] / per_step, 1),
+            "longest_gap_ms": to_ms(row["longest_gap_ns"]),
+            "queued_idle_ms_per_step": to_ms(wait["idle_ns"] / per_step) if wait else 0.0,
+            "launches_per_step": rounded((ls.get("launches") or 0) / per_step, 1),
+            "mean_launch_delay_us": rounded(ls.get("mean_launch_delay_ns", 0) / 1e3) if ls else None,
+            "p50_launch_delay_us": rounded(ls.get("p50_launch_delay_ns", 0) / 1e3) if ls else None,
+            "p95_launch_delay_us": rounded(ls.get("p95_launch_delay_ns", 0) / 1e3) if ls else None,
+            "launch_delay_outliers": ls.get("delay_outliers"),
+            "slow_launch_calls": ls.get("runtime_outliers"),
+            "short_kernel_share": rounded(ls.get("short_kernel_share")),
+            "tiny_kernel_share": rounded(ls.get("tiny_kernel_share")),
+            "mean_kernel_us": rounded((ls.get("mean_kernel_ns") or 0) / 1e3) if ls else None,
+            "mean_launch_cpu_us": rounded((ls.get("mean_launch_cpu_ns") or 0) / 1e3) if ls else None,
+            "elementwise_kernel_share": rounded(ls.get("elementwise_kernel_share")),
+            "optimizer_kernel_share": rounded(ls.get("optimizer_kernel_share")),
+            "tiny_kernel_runs_per_step": rounded((tr.get("runs") or 0) / per_step, 2),
+            "kernels_in_tiny_runs_per_step": rounded((tr.get("kernels") or 0) / per_step, 1),
+            "tiny_run_overhead_ms_per_step": to_ms((tr.get("idle_ns") or 0) / per_step),
+            "tiny_run_top_kernel": tr.get("top_kernel"),
+            "syncs_per_step": rounded(syncs.get(rank, 0) / per_step, 2),
+        }
+        summary = (f"Rank {rank}: the GPU waits {metrics['idle_ms_per_step']:.2f} ms per step for the CPU to "
+                   f"launch work ({metrics['gaps_per_step']:g} gaps per step, longest "
+                   f"{metrics['longest_gap_ms']:.2f} ms); {100 * (metrics['short_kernel_share'] or 0):.0f}% of "
+                   f"kernels run shorter than their launch call.")
+        if tr:
+            summary += (f" {metrics['tiny_kernel_runs_per_step']:g} runs of tiny kernels per step could be "
+                        "captured in a CUDA graph or fused.")
+        findings.append(ctx.make(KIND, f"{KIND}:r{rank}", rank=rank, cost_ns=cost_ns, summary=summary,
+                                 metrics=metrics, step=row["worst_step"], t_start_ns=row["worst_start_ns"],
+                                 t_end_ns=row["worst_end_ns"]))
+    return findings

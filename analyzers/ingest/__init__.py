@@ -1,0 +1,16 @@
+"""Ingest: Kineto trace files → the DuckDB store (runs, ranks, events).
+
+    ingest_paths(con, paths, name=None, progress=None, limits=None) -> IngestResult
+
+paths: str/Path or a list of them: .json, .json.gz, .zip or .tar.gz of rank files, or a
+directory (searched recursively for *.json / *.json.gz). One call is one run. The event arrays
+are parsed by DuckDB itself from byte ranges of the files (never as Python objects); gzip and
+archive members are inflated to a private temp directory ($TRACEDOCTOR_TMPDIR, else the system
+temp dir) under the caps in `Limits`. progress(stage, file, fraction) is called with stages
+"reading", "parsing", "writing". Identical files ingested again return the stored run with
+reused=True.
+"""
+from .core import ingest_paths
+from .sources import Limits
+
+__all__ = ["ingest_paths", "Limits"]

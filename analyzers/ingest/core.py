@@ -1,0 +1,212 @@
+"""ingest_paths: rank files → one run in the store, in one transaction, or nothing at all.
+
+Steps: sources (inputs → plain JSON files + sha256) → layout (where the event list is, the
+metadata around it) → ranks → reuse check on the content hash → one transaction that parses
+every rank's events (parse.py), writes the ranks rows and the run row. A file DuckDB refuses
+is retried the cheaper ways first (lenient typing, one range), else reported and the
+transaction redone without it, so good files of the same call still load.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+
+from ..model import FileError, IngestResult
+from .layout import Layout, LayoutError, scan_layout
+from .parse import insert_events, remove_parts, write_parts
+from .ranks import assign_ranks, rank_columns, world_size
+from .sources import Limits, RankFile, collect
+
+KNOWN_SCHEMA_VERSIONS = {"1"}
+TMPDIR_ENV_VAR = "TRACEDOCTOR_TMPDIR"
+Progress = Callable[[str, str, float], None]
+
+
+@dataclass
+class _RankInput:
+    """A rank file that passed the layout scan, and how to parse it."""
+    source: RankFile
+    layout: Layout
+    rank: int
+    lenient: bool = False        # set after a strict parse failed: mistyped fields become NULL
+    single_range: bool = False   # set after a multi-range parse failed: re-read as one range
+    part_count: int = 0
+
+
+class _ParseFailure(Exception):
+    def __init__(self, item: _RankInput, message: str, detail: str = ""):
+        super().__init__(message)
+        self.item = item
+        self.message = message      # for the user
+        self.detail = detail        # DuckDB's own text, to choose the retry
+
+
+def ingest_paths(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
+                 progress: Progress | None = None, limits: Limits | None = None) -> IngestResult:
+    """Load the rank files of one job as one run. See analyzers/ingest/__init__.py."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = list(paths)
+    limits = limits or Limits()
+    tmpdir = tempfile.mkdtemp(prefix="tracedoctor-ingest-", dir=os.environ.get(TMPDIR_ENV_VAR) or None)
+    try:
+        return _ingest(con, paths, name, progress, limits, tmpdir)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
+    files, errors = collect(paths, tmpdir, limits, progress)
+    warnings: list[FileError] = []
+    scanned: list[tuple[RankFile, Layout]] = []
+    for source in files:
+        try:
+            layout = scan_layout(source.path)
+        except LayoutError as exc:
+            errors.append(FileError(source.display, str(exc)))
+            continue
+        except OSError as exc:
+            errors.append(FileError(source.display, f"could not read the file ({exc.strerror or exc})"))
+            continue
+        schema = layout.meta.get("schemaVersion")
+        if schema is not None and str(schema) not in KNOWN_SCHEMA_VERSIONS:
+            warnings.append(FileError(source.display, f"unknown schemaVersion {schema!r}: loaded because its "
+                                                      "events parse, but fields may be misread"))
+        scanned.append((source, layout))
+    ranks, rank_errors = assign_ranks([(s.display, s.member, lay.meta) for s, lay in scanned])
+    errors += rank_errors
+    items = sorted((_RankInput(s, lay, r) for (s, lay), r in zip(scanned, ranks) if r is not None),
+                   key=lambda item: item.rank)
+    run_name = name or default_name(paths)
+    source_text = " ".join(str(p) for p in paths)
+    while items:
+        run_id, full_hash = _run_id(items)
+        if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
+            return _result(run_id, items, errors, warnings, reused=True)
+        try:
+            warnings += _write_run(con, items, run_id, full_hash, run_name, source_text, tmpdir, limits, progress)
+        except _ParseFailure as failure:
+            if not _retry_cheaper(failure):
+                errors.append(FileError(failure.item.source.display, failure.message))
+                items = [i for i in items if i is not failure.item]
+            continue
+        return _result(run_id, items, errors, warnings, reused=False)
+    return IngestResult(None, errors, warnings)
+
+
+def _result(run_id, items, errors, warnings, reused) -> IngestResult:
+    return IngestResult(run_id, errors, warnings, reused=reused,
+                        files=[i.source.display for i in items], ranks=[i.rank for i in items])
+
+
+def _retry_cheaper(failure: _ParseFailure) -> bool:
+    """Mark the next way to read a file DuckDB refused; False when none is left."""
+    item = failure.item
+    if not failure.detail:          # our own verdict (no usable events): final
+        return False
+    if "transform error" in failure.detail.lower() and not item.lenient:
+        item.lenient = True         # a mistyped field: drop such events instead
+        return True
+    if item.part_count > 1 and not item.single_range:
+        item.single_range = True    # a cut may have landed inside an event
+        return True
+    if not item.lenient:
+        item.lenient = True
+        return True
+    return False
+
+
+def _run_id(items: list[_RankInput]) -> tuple[str, str]:
+    full = hashlib.sha256("\n".join(sorted(i.source.sha256 for i in items)).encode()).hexdigest()
+    return full[:12], full
+
+
+def _threads(con: duckdb.DuckDBPyConnection) -> int:
+    try:
+        return max(1, int(con.execute("SELECT current_setting('threads')").fetchone()[0]))
+    except (duckdb.Error, TypeError, ValueError):
+        return os.cpu_count() or 1
+
+
+def _plain_duckdb_error(exc: Exception) -> str:
+    text = re.sub(r"^[A-Za-z ]*Error:\s*", "", str(exc)).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    first = re.sub(r"(in file )?\"?/[^\s\"']*\.part\.json\"?,?\s*", "", first)
+    return f"the JSON is malformed and could not be parsed ({first[:240]})"
+
+
+def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: str, full_hash: str,
+               name: str, source: str, tmpdir: str, limits: Limits,
+               progress: Progress | None) -> list[FileError]:
+    """One transaction: every rank's events and ranks row, then the run row. Raises _ParseFailure."""
+    threads = _threads(con)
+    warnings: list[FileError] = []
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for index, item in enumerate(items):
+            if progress:
+                progress("parsing", item.source.display, index / len(items))
+            wanted = 1 if item.single_range else max(threads, -(-item.layout.body_bytes // limits.part_bytes))
+            parts = write_parts(item.source.path, item.layout, tmpdir, wanted)
+            item.part_count = len(parts)
+            try:
+                total, dropped = insert_events(con, run_id, item.rank, parts, item.layout.body_bytes, item.lenient)
+            except duckdb.Error as exc:
+                raise _ParseFailure(item, _plain_duckdb_error(exc), str(exc)) from None
+            finally:
+                remove_parts(parts)
+            kept = total - dropped
+            if kept == 0:
+                why = "its traceEvents list is empty" if total == 0 else \
+                    f"none of its {total} events is usable (each needs 'ph' and a numeric 'ts')"
+                raise _ParseFailure(item, f"no trace events to load: {why}")
+            if dropped:
+                warnings.append(FileError(item.source.display,
+                                          f"dropped {dropped} of {total} events with missing or mistyped "
+                                          "fields (each needs 'ph', a numeric 'ts', and 'dur' >= 0 when ph is 'X')"))
+            cols = rank_columns(item.layout.meta)
+            con.execute(
+                "INSERT INTO ranks (run_id, rank, file_name, file_sha256, schema_version, device_name, base_time_ns, "
+                "distributed_info, device_properties, trace_meta, n_events) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [run_id, item.rank, item.source.member, item.source.sha256, cols["schema_version"],
+                 cols["device_name"], cols["base_time_ns"], cols["distributed_info"], cols["device_properties"],
+                 cols["trace_meta"], kept])
+        if progress:
+            progress("writing", "", 0.0)
+        con.execute(
+            "INSERT INTO runs (run_id, name, created_at, source, sha256, world_size) VALUES (?, ?, ?, ?, ?, ?)",
+            [run_id, name, datetime.now(timezone.utc).replace(tzinfo=None), source, full_hash,
+             world_size([i.layout.meta for i in items])])
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        raise
+    if progress:
+        progress("writing", "", 1.0)
+    return warnings
+
+
+def default_name(paths: list) -> str:
+    """The first input's base name without trace/archive suffixes; "+N" when there are more."""
+    if not paths:
+        return "run"
+    base = Path(str(paths[0]).rstrip("/\\")).name
+    for suffix in (".json.gz", ".tar.gz", ".tgz", ".json", ".zip", ".gz", ".tar"):
+        if base.lower().endswith(suffix) and len(base) > len(suffix):
+            base = base[: -len(suffix)]
+            break
+    if base.endswith(".pt.trace"):
+        base = base[: -len(".pt.trace")]
+    return base + (f" (+{len(paths) - 1})" if len(paths) > 1 else "")

@@ -1,0 +1,257 @@
+"""Where things are inside one trace file, found without parsing the event array in Python.
+
+A Kineto trace is `{"schemaVersion": 1, ..., "traceEvents": [ ...millions of events... ], ...}`,
+with `traceEvents` first, last or in between. The event array is handed to DuckDB as byte
+ranges; the few top-level metadata keys around it are read here with the standard JSON decoder,
+window by window. The file is decoded as latin-1 for the structural scan so that string offsets
+equal byte offsets (JSON structure is ASCII); metadata values are re-decoded as UTF-8.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_DECODER = json.JSONDecoder()
+_WS = " \t\r\n"
+HEAD_WINDOW = 1 << 20          # first look at the head; grows while a metadata value is longer
+TAIL_WINDOW = 1 << 18          # first look at the tail after the events; grows ×4 when needed
+MAX_META_BYTES = 64 << 20      # metadata outside traceEvents larger than this is not a Kineto trace
+_EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+
+
+class LayoutError(ValueError):
+    """The file is not a trace we can read; the message is for the user, in plain words."""
+
+
+@dataclass
+class Layout:
+    size: int
+    events_start: int             # offset of the '[' that opens the event array
+    events_end: int               # offset of its matching ']'
+    meta: dict[str, Any] = field(default_factory=dict)   # every top-level key except traceEvents
+
+    @property
+    def body_bytes(self) -> int:
+        return self.events_end - self.events_start - 1
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in _WS:
+        pos += 1
+    return pos
+
+
+def _decode_value(raw: bytes) -> Any:
+    return json.loads(raw.decode("utf-8", errors="replace"))
+
+
+def _read(mm: mmap.mmap, start: int, stop: int) -> str:
+    return mm[start:stop].decode("latin-1")
+
+
+def _utf8_key(key: str) -> str:
+    """Keys were decoded from latin-1 text (offsets = bytes); re-read their bytes as UTF-8."""
+    if key.isascii():
+        return key
+    try:
+        return key.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return key
+
+
+def _kind_of(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false",
+            type(None): "null"}.get(type(value), "a number")
+
+
+def scan_layout(path: str | os.PathLike) -> Layout:
+    """Find the traceEvents array and read the metadata around it. Raises LayoutError."""
+    size = os.path.getsize(path)
+    if size == 0:
+        raise LayoutError("the file is empty")
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        bom = 3 if mm[:3] == b"\xef\xbb\xbf" else 0    # a UTF-8 byte-order mark some editors add
+        first = _skip_ws(_read(mm, 0, min(size, 4096)), bom)
+        if first >= min(size, 4096):
+            raise LayoutError("the file holds only whitespace, not JSON")
+        opener = chr(mm[first])
+        if opener == "[":
+            # Chrome's "JSON array format": the file is the event list itself.
+            end = _last_non_ws(mm, size)
+            if chr(mm[end]) != "]":
+                raise LayoutError("the JSON is truncated or malformed (the event list is not closed)")
+            return Layout(size, first, end, {})
+        if opener != "{":
+            raise LayoutError("this is not JSON (it does not start with '{' or '[')")
+        return _scan_object(mm, size, first)
+
+
+def _last_non_ws(mm: mmap.mmap, size: int) -> int:
+    pos = size - 1
+    while pos >= 0 and chr(mm[pos]) in _WS:
+        pos -= 1
+    return pos
+
+
+def _scan_object(mm: mmap.mmap, size: int, brace: int) -> Layout:
+    meta: dict[str, Any] = {}
+    window = min(size, HEAD_WINDOW)
+    text = _read(mm, 0, window)
+    pos = brace + 1
+    while True:
+        pos = _skip_ws(text, pos)
+        if pos >= len(text):
+            raise LayoutError("the JSON is truncated (the top-level object never closes)")
+        ch = text[pos]
+        if ch == "}":
+            if "traceEvents" not in meta:
+                raise LayoutError("this JSON is not a trace: it has no 'traceEvents' list")
+            value = meta["traceEvents"]
+            raise LayoutError(f"'traceEvents' is {_kind_of(value)}, not a list of events")
+        if ch == ",":
+            pos = _skip_ws(text, pos + 1)
+        try:
+            key, pos = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            raise LayoutError("the JSON is truncated or malformed near the start of the file") from None
+        if not isinstance(key, str):
+            raise LayoutError("the JSON is truncated or malformed near the start of the file")
+        pos = _skip_ws(text, pos)
+        if pos >= len(text) or text[pos] != ":":
+            raise LayoutError("the JSON is truncated or malformed near the start of the file")
+        pos = _skip_ws(text, pos + 1)
+        if key == "traceEvents" and pos < len(text) and text[pos] == "[":
+            meta.pop("traceEvents", None)
+            end, tail_meta = _find_events_end(mm, size, pos)
+            meta.update(tail_meta)
+            return Layout(size, pos, end, meta)
+        # A metadata value: decode it, growing the window if it is long.
+        while True:
+            try:
+                value, stop = _DECODER.raw_decode(text, pos)
+                if stop >= len(text) and window < size:
+                    raise json.JSONDecodeError("window", text, stop)  # a number may continue
+                break
+            except json.JSONDecodeError:
+                if window >= size:
+                    raise LayoutError("the JSON is truncated or malformed (a top-level value never ends)") from None
+                if window >= MAX_META_BYTES:
+                    raise LayoutError("a top-level value other than traceEvents is larger than "
+                                      f"{MAX_META_BYTES >> 20} MiB; this does not look like a trace") from None
+                window = min(size, window * 4)
+                text = _read(mm, 0, window)
+        meta[_utf8_key(key)] = _decode_value(mm[pos:stop])
+        pos = stop
+
+
+def _object_tail(text: str, pos: int, final: int) -> dict[str, Any] | None:
+    """Parse `, "k": v, ... }` (the rest of the top-level object) from pos; None when it is not."""
+    out: dict[str, Any] = {}
+    while True:
+        pos = _skip_ws(text, pos)
+        if pos >= len(text):
+            return None
+        ch = text[pos]
+        if ch == "}":
+            return out if pos == final else None
+        if ch != ",":
+            return None
+        try:
+            key, pos = _DECODER.raw_decode(text, _skip_ws(text, pos + 1))
+            if not isinstance(key, str):
+                return None
+            pos = _skip_ws(text, pos)
+            if pos >= len(text) or text[pos] != ":":
+                return None
+            start = _skip_ws(text, pos + 1)
+            _, pos = _DECODER.raw_decode(text, start)
+        except json.JSONDecodeError:
+            return None
+        out[key] = (start, pos)
+
+
+def _find_events_end(mm: mmap.mmap, size: int, start: int) -> tuple[int, dict[str, Any]]:
+    """Offset of the ']' closing the event array at `start`, and the metadata after it.
+
+    A ']' whose remaining text parses as the rest of the top-level object can only close a
+    top-level value (JSON brackets balance), so the earliest such ']' after `start` is the end of
+    traceEvents; only the tail window is examined, grown until one is found.
+    """
+    final = _last_non_ws(mm, size)
+    if final <= start or chr(mm[final]) != "}":
+        raise LayoutError("the JSON is truncated (the file ends before the trace is closed)")
+    window = TAIL_WINDOW
+    while True:
+        lo = max(start, size - window)
+        text = _read(mm, lo, size)
+        best: tuple[int, dict] | None = None
+        idx = len(text)
+        while True:
+            idx = text.rfind("]", 0, idx)
+            if idx < 0 or lo + idx <= start:
+                break
+            tail = _object_tail(text, idx + 1, final - lo)
+            if tail is not None and "traceEvents" not in tail:
+                best = (idx, tail)
+        trusted = best is not None and (lo == start or window >= MAX_META_BYTES
+                                        or _closes_objects(text, best[0]))
+        if trusted:
+            idx, tail = best
+            meta = {_utf8_key(k): _decode_value(mm[lo + a:lo + b]) for k, (a, b) in tail.items()}
+            return lo + idx, meta
+        if lo == start or window >= MAX_META_BYTES:
+            raise LayoutError("the JSON is truncated or malformed (the traceEvents list is not closed)")
+        window *= 4
+
+
+def _closes_objects(text: str, idx: int) -> bool:
+    """In a partial window, trust a candidate end only when it closes a list of objects."""
+    j = idx - 1
+    while j >= 0 and text[j] in _WS:
+        j -= 1
+    return j >= 0 and text[j] in "}["
+
+
+def _next_event_start(mm: mmap.mmap, lo: int, hi: int) -> int | None:
+    """Offset of a '{' after lo that opens a whole trace event: `}, {` also occurs inside args
+    (lists of objects), so the object there must decode and carry a 'ph' key."""
+    for match in _EVENT_BOUNDARY.finditer(mm, lo, hi):
+        start = match.end() - 1
+        text = mm[start:min(start + (1 << 20), hi + (1 << 20))].decode("latin-1")
+        try:
+            obj, _ = _DECODER.raw_decode(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and "ph" in obj:
+            return start
+    return None
+
+
+def split_points(path: str | os.PathLike, layout: Layout, parts: int) -> list[tuple[int, int]]:
+    """Cut the event array body into about `parts` byte ranges at event boundaries.
+
+    Each range [a, b) is the text between two top-level events (no separating comma), so
+    '[' + range + ']' is itself a JSON array. A cut that lands inside a nested list of objects
+    makes a range invalid JSON; the loader notices and re-reads the file as one range.
+    """
+    body_start, body_end = layout.events_start + 1, layout.events_end
+    ranges: list[tuple[int, int]] = []
+    if parts <= 1 or body_end - body_start < 2 * (1 << 16):
+        return [(body_start, body_end)]
+    step = (body_end - body_start) // parts
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        cur = body_start
+        for k in range(1, parts):
+            target = max(cur, body_start + k * step)
+            cut = _next_event_start(mm, target, min(body_end, target + (8 << 20)))
+            if cut is None:
+                continue
+            comma = mm.rfind(b",", cur, cut)
+            ranges.append((cur, comma))                 # up to the comma between the two events
+            cur = cut                                   # start at the '{' of the next event
+        ranges.append((cur, body_end))
+    return ranges

@@ -1,0 +1,97 @@
+"""Which rank each file is, and what the `ranks` row says about it (from top-level metadata)."""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ..model import FileError
+
+_RANK_WORD = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)                           # rank-3, rank_3, rank3
+_TRAILING_NUMBER = re.compile(r"[-_](\d+)(?:\.pt\.trace)?\.json", re.IGNORECASE)   # worker_3.json
+_OWN_COLUMNS = ("distributedInfo", "deviceProperties", "schemaVersion", "baseTimeNanoseconds")
+
+
+def int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def rank_from_name(name: str, several_files: bool) -> int | None:
+    """rank-3 / rank3 anywhere; a bare trailing _3.json only when several files make up the run
+    (a lone "resnet50_num_workers_4.json" is not rank 4)."""
+    match = _RANK_WORD.search(name) or (_TRAILING_NUMBER.search(name) if several_files else None)
+    return int(match.group(1)) if match else None
+
+
+def declared_rank(meta: dict[str, Any]) -> int | None:
+    dist = meta.get("distributedInfo")
+    return int_or_none(dist.get("rank")) if isinstance(dist, dict) else None
+
+
+def assign_ranks(files: list[tuple[str, str, dict]]) -> tuple[list[int | None], list[FileError]]:
+    """files: (display, member name, metadata). distributedInfo.rank, else a number in the file
+    name, else the lowest free number in input order. A second file claiming a taken rank is an
+    error naming both; its slot in the result is None."""
+    several = len(files) > 1
+    ranks: list[int | None] = [None] * len(files)
+    owner: dict[int, str] = {}
+    errors: list[FileError] = []
+    unnumbered: list[int] = []
+    for index, (display, member, meta) in enumerate(files):
+        rank = declared_rank(meta)
+        if rank is None:
+            rank = rank_from_name(member, several)
+        if rank is None:
+            unnumbered.append(index)
+        elif rank in owner:
+            errors.append(FileError(display, f"duplicate rank {rank}: {owner[rank]} is already rank {rank}"))
+        else:
+            owner[rank] = display
+            ranks[index] = rank
+    next_free = 0
+    for index in unnumbered:
+        while next_free in owner:
+            next_free += 1
+        owner[next_free] = files[index][0]
+        ranks[index] = next_free
+    return ranks, errors
+
+
+def world_size(metas: list[dict[str, Any]]) -> int:
+    """distributedInfo.world_size of any rank, else the number of rank files."""
+    for meta in metas:
+        dist = meta.get("distributedInfo")
+        if isinstance(dist, dict):
+            size = int_or_none(dist.get("world_size"))
+            if size and size > 0:
+                return size
+    return len(metas)
+
+
+def rank_columns(meta: dict[str, Any]) -> dict[str, Any]:
+    """schema_version, device_name, base_time_ns, distributed_info, device_properties, trace_meta."""
+    props = meta.get("deviceProperties")
+    device_name = None
+    if isinstance(props, list) and props and isinstance(props[0], dict) and props[0].get("name") is not None:
+        device_name = str(props[0]["name"])
+    schema = meta.get("schemaVersion")
+    return {
+        "schema_version": None if schema is None else str(schema),
+        "device_name": device_name,
+        "base_time_ns": int_or_none(meta.get("baseTimeNanoseconds")),
+        "distributed_info": _json_or_none(meta.get("distributedInfo")),
+        "device_properties": _json_or_none(props),
+        "trace_meta": json.dumps({k: v for k, v in meta.items() if k not in _OWN_COLUMNS}),
+    }
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)

@@ -1,0 +1,342 @@
+"""Turn what the user gave (files, directories, .gz, .zip, .tar.gz) into plain JSON files on disk.
+
+Compressed data is inflated into our own temp directory under caps checked WHILE inflating
+(a bomb is stopped at the cap, never written in full). Archive members are never extracted by
+their own name: each is streamed into a temp file we name, so `../` or absolute member paths and
+symlink members cannot write anywhere (they are refused all the same, with an error naming them).
+The sha256 of each file's JSON text is computed on the way, for run identity.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tarfile
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO, Callable
+
+from isal import igzip
+
+from ..model import FileError
+
+CHUNK = 8 << 20
+GZIP_MAGIC = b"\x1f\x8b"
+ZIP_MAGIC = b"PK\x03\x04"
+TRACE_SUFFIXES = (".json", ".json.gz")
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps that keep bad or hostile input from filling the disk or memory.
+
+    - max_total_bytes: JSON bytes one ingest call may inflate in all (16 GiB: ~4x the largest
+      real traces we have heard of, and still fits the temp disk of a workstation).
+    - max_ratio / ratio_floor: a compressed input may inflate beyond ratio_floor (64 MiB) only
+      while it stays under max_ratio x its compressed size. Kineto JSON compresses 10-30x
+      (the shared traces: 13x-26x); gzip's own ceiling is ~1030x, so 200x leaves real traces
+      a wide margin and stops a bomb after ratio_floor or 200x its size, whichever is larger.
+    - part_bytes: target size of one parse range; a file is cut into max(threads, size/part_bytes)
+      ranges so every DuckDB thread has work and no single range is huge.
+    """
+    max_total_bytes: int = 16 << 30
+    max_ratio: float = 200.0
+    ratio_floor: int = 64 << 20
+    part_bytes: int = 256 << 20
+
+
+@dataclass
+class RankFile:
+    display: str          # name used in errors: "dir/rank0.json" or "runs.zip:rank0.json"
+    member: str           # the file's own name (zip member or base name), for ranks.file_name
+    path: str             # plain JSON on disk (the user's file, or our inflated temp copy)
+    sha256: str
+    size: int
+    owned: bool           # True when path is our temp file
+
+
+class InputError(Exception):
+    """A problem with one input, reported as FileError(display, message)."""
+
+    def __init__(self, display: str, message: str):
+        super().__init__(message)
+        self.display = display
+        self.message = message
+
+
+class _Budget:
+    """JSON bytes this ingest call may still take in; shared by the reading threads."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        """Reserve n more bytes; False (and nothing reserved) when that would pass the cap."""
+        with self._lock:
+            if self.used + n > self.limits.max_total_bytes:
+                return False
+            self.used += n
+            return True
+
+
+def _is_trace_name(name: str) -> bool:
+    return name.lower().endswith(TRACE_SUFFIXES)
+
+
+def _is_archive_name(name: str) -> bool:
+    return name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def _peek(path: Path, n: int = 4) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(n)
+
+
+def _hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as fh:
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        while True:
+            n = fh.readinto(buf)
+            if not n:
+                break
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def _inflate_to_temp(stream: IO[bytes], display: str, compressed_size: int, tmpdir: str,
+                     budget: _Budget, gzip_inside: bool) -> tuple[str, str, int]:
+    """Copy a (decompressing) stream into a temp file, hashing, under the caps."""
+    limits = budget.limits
+    per_file_cap = max(limits.ratio_floor, int(limits.max_ratio * max(compressed_size, 1)))
+    digest = hashlib.sha256()
+    fd, out_path = _mkstemp(tmpdir)
+    written = 0
+    source: IO[bytes] = igzip.GzipFile(fileobj=stream, mode="rb") if gzip_inside else stream
+    try:
+        with os.fdopen(fd, "wb") as out:
+            while True:
+                try:
+                    chunk = source.read(CHUNK)
+                except EOFError:
+                    raise InputError(display, "the gzip data is truncated (the file ends before the "
+                                              "compressed stream does)") from None
+                except Exception as exc:  # noqa: BLE001 - zlib, isal, zipfile and tarfile each raise their own
+                    raise InputError(display, f"the compressed data is corrupt ({_plain(exc)})") from None
+                if not chunk:
+                    break
+                written += len(chunk)
+                if written > per_file_cap:
+                    raise InputError(display, f"refused: it inflates to more than {human_bytes(per_file_cap)}, "
+                                              f"over {limits.max_ratio:.0f}x its compressed size "
+                                              "(a decompression bomb?)")
+                if not budget.take(len(chunk)):
+                    raise InputError(display, "refused: the inputs inflate to more than "
+                                              f"{human_bytes(limits.max_total_bytes)} in all")
+                digest.update(chunk)
+                out.write(chunk)
+    except BaseException:
+        os.unlink(out_path)
+        raise
+    return out_path, digest.hexdigest(), written
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} bytes"
+
+
+def _mkstemp(tmpdir: str) -> tuple[int, str]:
+    return tempfile.mkstemp(dir=tmpdir, suffix=".json")
+
+
+def _plain(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:200]
+
+
+def _gz_holds_tar(path: Path) -> bool:
+    try:
+        with igzip.open(path, "rb") as fh:
+            head = fh.read(512)
+    except Exception:  # noqa: BLE001 - corrupt gzip: reported when it is inflated as a trace
+        return False
+    return len(head) >= 262 and head[257:262] == b"ustar"
+
+
+def _plain_file(path: Path, display: str, budget: _Budget) -> RankFile:
+    size = path.stat().st_size
+    if not budget.take(size):
+        raise InputError(display, f"refused: the inputs exceed {human_bytes(budget.limits.max_total_bytes)} in all")
+    return RankFile(display, path.name, str(path), _hash_file(path), size, owned=False)
+
+
+def _gzip_file(path: Path, display: str, tmpdir: str, budget: _Budget) -> RankFile:
+    with open(path, "rb") as raw:
+        out, sha, size = _inflate_to_temp(raw, display, path.stat().st_size, tmpdir, budget, gzip_inside=True)
+    return RankFile(display, _strip_gz(path.name), out, sha, size, owned=True)
+
+
+def _strip_gz(name: str) -> str:
+    return name[:-3] if name.lower().endswith(".gz") else name
+
+
+def _member_problem(name: str) -> str | None:
+    posix = PurePosixPath(name.replace("\\", "/"))
+    if posix.is_absolute() or (len(name) > 1 and name[1] == ":"):
+        return "refused: the archive member has an absolute path"
+    if ".." in posix.parts:
+        return "refused: the archive member's path leaves the archive ('..')"
+    return None
+
+
+def _zip_members(path: Path, display: str, tmpdir: str, budget: _Budget,
+                 files: list[RankFile], errors: list[FileError]) -> None:
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(display, f"not a readable zip archive ({_plain(exc)})") from None
+    with zf:
+        for info in zf.infolist():
+            name = info.filename
+            shown = f"{display}:{name}"
+            if info.is_dir():
+                continue
+            problem = _member_problem(name)
+            mode = info.external_attr >> 16
+            if problem is None and stat.S_ISLNK(mode):
+                problem = "refused: the archive member is a symbolic link"
+            if problem is None and _is_archive_name(name):
+                problem = "refused: nested archives are not read; extract the inner archive and load it directly"
+            if problem is None and not _is_trace_name(name):
+                continue  # README, images, ... beside the traces
+            if problem:
+                errors.append(FileError(shown, problem))
+                continue
+            try:
+                with zf.open(info) as member:
+                    out, sha, size = _inflate_to_temp(member, shown, info.compress_size, tmpdir, budget,
+                                                      gzip_inside=name.lower().endswith(".gz"))
+            except InputError as exc:
+                errors.append(FileError(exc.display, exc.message))
+                continue
+            except (zipfile.BadZipFile, OSError, NotImplementedError, RuntimeError) as exc:
+                errors.append(FileError(shown, f"could not read this zip member ({_plain(exc)})"))
+                continue
+            files.append(RankFile(shown, PurePosixPath(_strip_gz(name)).name, out, sha, size, owned=True))
+
+
+def _tar_members(path: Path, display: str, tmpdir: str, budget: _Budget,
+                 files: list[RankFile], errors: list[FileError]) -> None:
+    compressed_total = path.stat().st_size
+    try:
+        tf = tarfile.open(path, mode="r|*")   # streaming: members are read in order, never seeked
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise InputError(display, f"not a readable tar archive ({_plain(exc)})") from None
+    try:
+        with tf:
+            for info in tf:
+                name = info.name
+                shown = f"{display}:{name}"
+                if info.isdir():
+                    continue
+                problem = _member_problem(name)
+                if problem is None and (info.issym() or info.islnk()):
+                    problem = "refused: the archive member is a link"
+                if problem is None and not info.isfile():
+                    problem = "refused: the archive member is not a regular file"
+                if problem is None and _is_archive_name(name):
+                    problem = "refused: nested archives are not read; extract the inner archive and load it directly"
+                if problem is None and not _is_trace_name(name):
+                    continue
+                if problem:
+                    errors.append(FileError(shown, problem))
+                    continue
+                member = tf.extractfile(info)
+                if member is None:
+                    continue
+                try:
+                    # The ratio is judged against the whole archive's compressed size: tar
+                    # members carry no compressed size of their own.
+                    out, sha, size = _inflate_to_temp(member, shown, compressed_total, tmpdir, budget,
+                                                      gzip_inside=name.lower().endswith(".gz"))
+                except InputError as exc:
+                    errors.append(FileError(exc.display, exc.message))
+                    continue
+                files.append(RankFile(shown, PurePosixPath(_strip_gz(name)).name, out, sha, size, owned=True))
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        errors.append(FileError(display, f"the tar archive is truncated or corrupt ({_plain(exc)})"))
+
+
+def _one_file(path: Path, display: str, tmpdir: str, budget: _Budget,
+              files: list[RankFile], errors: list[FileError]) -> None:
+    magic = _peek(path)
+    lower = path.name.lower()
+    if magic.startswith(ZIP_MAGIC) or (lower.endswith(".zip") and not magic.startswith(GZIP_MAGIC)):
+        _zip_members(path, display, tmpdir, budget, files, errors)
+    elif magic.startswith(GZIP_MAGIC):
+        if lower.endswith((".tar.gz", ".tgz")) or _gz_holds_tar(path):
+            _tar_members(path, display, tmpdir, budget, files, errors)
+        else:
+            files.append(_gzip_file(path, display, tmpdir, budget))
+    elif lower.endswith(".tar"):
+        _tar_members(path, display, tmpdir, budget, files, errors)
+    else:
+        files.append(_plain_file(path, display, budget))
+
+
+def collect(paths: list, tmpdir: str, limits: Limits,
+            progress: Callable[[str, str, float], None] | None = None) -> tuple[list[RankFile], list[FileError]]:
+    """Every rank file the inputs hold, as plain JSON on disk, plus the inputs that failed."""
+    budget = _Budget(limits)
+    files: list[RankFile] = []
+    errors: list[FileError] = []
+    todo: list[tuple[Path, str]] = []
+    for given in paths:
+        path = Path(given).expanduser()
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and _is_trace_name(p.name))
+            if not found:
+                errors.append(FileError(str(given), "the directory holds no .json or .json.gz trace files"))
+            todo.extend((p, str(p.relative_to(path.parent))) for p in found)
+        elif path.is_file():
+            todo.append((path, path.name))
+        elif path.exists():
+            errors.append(FileError(str(given), "not a regular file or directory"))
+        else:
+            errors.append(FileError(str(given), "no such file or directory"))
+    def read_one(job: tuple[Path, str]) -> tuple[list[RankFile], list[FileError]]:
+        path, display = job
+        found: list[RankFile] = []
+        failed: list[FileError] = []
+        try:
+            _one_file(path, display, tmpdir, budget, found, failed)
+        except InputError as exc:
+            failed.append(FileError(exc.display, exc.message))
+        except OSError as exc:
+            failed.append(FileError(display, f"could not read the file ({exc.strerror or _plain(exc)})"))
+        return found, failed
+
+    if progress:
+        progress("reading", "", 0.0)
+    # Hashing and inflating release the GIL: several rank files are read on all cores. Results
+    # come back in input order, and progress is reported from the caller's thread only (UI
+    # toolkits such as Streamlit refuse calls from other threads).
+    workers = max(1, min(len(todo), os.cpu_count() or 1, 8))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for index, (found, failed) in enumerate(pool.map(read_one, todo)):
+            files += found
+            errors += failed
+            if progress:
+                progress("reading", todo[index][1], (index + 1) / len(todo))
+    return files, errors

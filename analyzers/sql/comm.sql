@@ -1,0 +1,109 @@
+-- Exposed communication (issue #3, analysis 4): collective kernel time that no compute hides,
+-- per rank, with what the collectives moved and how fast.
+--
+-- Exposed comm = union(comm kernels) minus union(compute kernels), per rank (HTA's
+-- non-overlapped communication; rank_balance computes it). Part of it can be waiting for a straggler: rank_balance
+-- (rank_imbalance.sql) measures that as the rank's exposure beyond the straggler's, and it is
+-- charged to rank_imbalance, not here. Bandwidths use each collective's true duration (its
+-- shortest instance across ranks, collective_instances) so that waiting does not pass for a slow
+-- link; nccl-tests' formulas: algbw = bytes / time, busbw = algbw x bus factor (views.sql).
+
+
+-- comm_exposure(run, small_bytes := 1048576): one row per rank with GPU communication.
+-- Columns:
+--   rank, steps_divisor, mean_step_ns, world_size (runs.world_size)
+--   comm_ns_per_step          union of comm kernels
+--   overlap_pct               share of comm time under compute kernels (HTA's comm/comp overlap), %
+--   exposed_ns_per_step       comm time no compute overlaps (waiting included)
+--   imbalance_wait_ns_per_step  part of it that is waiting for the straggler (rank_balance.lost_ns_per_step)
+--   cost_ns                   exposed_ns_per_step - imbalance_wait_ns_per_step
+--   wait_ns_per_step          in-collective wait from matched instances (evidence; may be hidden under compute)
+--   matched                   BOOLEAN: instances were matched with other ranks (waiting is known)
+--   collectives_per_step, sized_share (share of instances with a byte count)
+--   mean_msg_bytes, median_msg_bytes, small_msg_share (instances under small_bytes, default 1 MiB:
+--                             latency-bound in NCCL)
+--   bytes_per_step
+--   algbw_gbps, busbw_gbps    over all sized instances, from true durations; NULL without sizes
+--   group_size                largest group size seen
+--   worst_step                the step whose collectives take longest (true durations)
+--   worst_start_ns, worst_end_ns        first start / last end of that step's collectives
+--   by_collective             LIST per collective type, longest first: {collective, instances,
+--                             total_bytes, mean_bytes, true_ns, wait_ns, algbw_gbps, busbw_gbps}
+CREATE OR REPLACE MACRO comm_exposure(run, small_bytes := 1048576) AS TABLE
+WITH rb AS MATERIALIZED (
+    SELECT * FROM rank_balance(run) WHERE has_gpu
+), inst AS MATERIALIZED (
+    SELECT * FROM collective_instances(run) WHERE source = 'gpu'
+), per_step AS (
+    SELECT rank, step, sum(true_dur_ns) AS true_ns, min(start_ns) AS start_ns, max(end_ns) AS end_ns
+    FROM inst WHERE step IS NOT NULL GROUP BY rank, step
+), worst AS (
+    -- the step whose collectives move data longest: where the exposure shows best
+    SELECT rank, arg_max(step, true_ns) AS worst_step, arg_max(start_ns, true_ns) AS worst_start_ns,
+           arg_max(end_ns, true_ns) AS worst_end_ns
+    FROM per_step GROUP BY rank
+), by_type AS (
+    SELECT rank, collective, count(*) AS instances, sum(bytes) AS total_bytes, avg(bytes) AS mean_bytes,
+           sum(true_dur_ns) AS true_ns, sum(wait_ns) FILTER (WHERE matched) AS wait_ns,
+           sum(bytes) FILTER (WHERE true_dur_ns > 0)
+               / nullif(sum(true_dur_ns) FILTER (WHERE bytes IS NOT NULL AND true_dur_ns > 0), 0) AS algbw_gbps,
+           sum(bytes * bus_factor) FILTER (WHERE true_dur_ns > 0 AND bus_factor IS NOT NULL)
+               / nullif(sum(true_dur_ns) FILTER (WHERE bus_factor IS NOT NULL AND true_dur_ns > 0), 0) AS busbw_gbps
+    FROM inst GROUP BY rank, collective
+), types AS (
+    SELECT rank, list({'collective': collective, 'instances': instances, 'total_bytes': total_bytes,
+                       'mean_bytes': mean_bytes, 'true_ns': true_ns, 'wait_ns': wait_ns,
+                       'algbw_gbps': algbw_gbps, 'busbw_gbps': busbw_gbps} ORDER BY true_ns DESC) AS by_collective
+    FROM by_type GROUP BY rank
+), sizes AS (
+    SELECT rank, count(*) AS n_instances, count(bytes) AS n_sized,
+           avg(bytes) AS mean_msg_bytes, median(bytes) AS median_msg_bytes,
+           count(*) FILTER (WHERE bytes < small_bytes) / nullif(count(bytes), 0) AS small_msg_share,
+           sum(bytes) AS total_bytes,
+           sum(bytes) FILTER (WHERE true_dur_ns > 0)
+               / nullif(sum(true_dur_ns) FILTER (WHERE bytes IS NOT NULL AND true_dur_ns > 0), 0) AS algbw_gbps,
+           sum(bytes * bus_factor) FILTER (WHERE true_dur_ns > 0 AND bus_factor IS NOT NULL)
+               / nullif(sum(true_dur_ns) FILTER (WHERE bytes IS NOT NULL AND bus_factor IS NOT NULL
+                                                  AND true_dur_ns > 0), 0) AS busbw_gbps,
+           max(group_size) AS group_size,
+           bool_or(matched) AS matched
+    FROM inst GROUP BY rank
+)
+SELECT b.rank, b.steps_divisor, b.mean_step_ns,
+       (SELECT world_size FROM runs WHERE run_id = run) AS world_size,
+       b.comm_ns_per_step,
+       100.0 * (b.comm_ns_per_step - b.exposed_ns_per_step) / nullif(b.comm_ns_per_step, 0) AS overlap_pct,
+       b.exposed_ns_per_step,
+       b.lost_ns_per_step AS imbalance_wait_ns_per_step,
+       greatest(b.exposed_ns_per_step - b.lost_ns_per_step, 0) AS cost_ns,
+       b.wait_ns_per_step,
+       coalesce(s.matched, false) AS matched,
+       s.n_instances / b.steps_divisor AS collectives_per_step,
+       s.n_sized / s.n_instances AS sized_share,
+       s.mean_msg_bytes, s.median_msg_bytes, s.small_msg_share,
+       s.total_bytes / b.steps_divisor AS bytes_per_step,
+       s.algbw_gbps, s.busbw_gbps, s.group_size,
+       w.worst_step, w.worst_start_ns, w.worst_end_ns,
+       t.by_collective
+FROM rb b
+JOIN sizes s ON s.rank = b.rank
+LEFT JOIN worst w ON w.rank = b.rank
+LEFT JOIN types t ON t.rank = b.rank
+WHERE b.comm_ns_per_step > 0;
+
+
+-- comm_by_collective(run): per rank and collective type, what moved and how fast.
+-- Columns: rank, collective, instances, sized_instances, total_bytes, mean_bytes, true_ns,
+--   wait_ns, algbw_gbps, busbw_gbps (true durations; NULL without sizes), group_size
+CREATE OR REPLACE MACRO comm_by_collective(run) AS TABLE
+SELECT rank, collective, count(*) AS instances, count(bytes) AS sized_instances,
+       sum(bytes) AS total_bytes, avg(bytes) AS mean_bytes,
+       sum(true_dur_ns) AS true_ns, sum(wait_ns) FILTER (WHERE matched) AS wait_ns,
+       sum(bytes) FILTER (WHERE true_dur_ns > 0)
+           / nullif(sum(true_dur_ns) FILTER (WHERE bytes IS NOT NULL AND true_dur_ns > 0), 0) AS algbw_gbps,
+       sum(bytes * bus_factor) FILTER (WHERE true_dur_ns > 0 AND bus_factor IS NOT NULL)
+           / nullif(sum(true_dur_ns) FILTER (WHERE bus_factor IS NOT NULL AND true_dur_ns > 0), 0) AS busbw_gbps,
+       max(group_size) AS group_size
+FROM collective_instances(run)
+WHERE source = 'gpu'
+GROUP BY rank, collective;

@@ -1,0 +1,127 @@
+-- Interval primitives: union, gaps, intersection, difference and per-interval coverage.
+--
+-- Built the way Perfetto's stdlib builds `_interval_intersect!`: a few reusable set operations
+-- over half-open intervals [start_ns, end_ns), every analysis composed from them. All of them are
+-- set-based sweeps (window functions over sorted edges) or ASOF joins: O(n log n), no range join
+-- (a plain `a.start < b.end AND b.start < a.end` join with an equality key degrades to a
+-- per-group nested loop: 3.9 s vs 0.06-0.1 s for a sweep on 1.9M events).
+--
+-- Input convention: every macro takes the NAME of a table, view or CTE of the calling query (a
+-- string literal, never trace content; CTE names resolve, so a macro over one run can write
+-- `WITH comm AS (...) SELECT ... FROM interval_union('comm')`) with the columns
+--     grp       any type: intervals are only combined within the same grp (e.g. rank, or a
+--               struct {rank, stream}); use a constant when there is a single group
+--     start_ns  BIGINT, inclusive
+--     end_ns    BIGINT, exclusive; rows with NULL bounds or end_ns < start_ns are ignored
+-- interval_covered additionally needs an `id` column on its first input.
+
+
+-- interval_union(tbl): the union of tbl's intervals per grp, as maximal disjoint intervals.
+-- Overlapping and touching intervals merge (gaps-and-islands: a new island starts where an
+-- interval begins after the furthest end seen so far).
+-- Columns: grp, start_ns, end_ns, dur_ns.
+CREATE OR REPLACE MACRO interval_union(tbl) AS TABLE
+WITH ordered AS (
+    SELECT grp, start_ns, end_ns,
+           max(end_ns) OVER (PARTITION BY grp ORDER BY start_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS furthest_end
+    FROM query_table(tbl)
+    WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL AND end_ns >= start_ns
+), islands AS (
+    SELECT grp, start_ns, end_ns,
+           sum(CASE WHEN furthest_end IS NULL OR start_ns > furthest_end THEN 1 ELSE 0 END)
+               OVER (PARTITION BY grp ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
+    FROM ordered
+)
+SELECT grp, min(start_ns) AS start_ns, max(end_ns) AS end_ns, max(end_ns) - min(start_ns) AS dur_ns
+FROM islands
+GROUP BY grp, island;
+
+
+-- interval_gaps(tbl): the holes inside the union of tbl's intervals per grp (between its first
+-- start and last end); e.g. GPU idle time between activities.
+-- Columns: grp, start_ns (where the previous interval ended), end_ns (where the next starts), dur_ns.
+CREATE OR REPLACE MACRO interval_gaps(tbl) AS TABLE
+SELECT grp, prev_end AS start_ns, start_ns AS end_ns, start_ns - prev_end AS dur_ns
+FROM (
+    SELECT grp, start_ns, lag(end_ns) OVER (PARTITION BY grp ORDER BY start_ns) AS prev_end
+    FROM interval_union(tbl)
+)
+WHERE prev_end IS NOT NULL AND start_ns > prev_end;
+
+
+-- _interval_sweep(tbl_a, tbl_b): the time line of each grp cut at every edge of union(a) and
+-- union(b), with which side is open on each piece. Internal building block of
+-- interval_intersect / interval_subtract.
+-- Columns: grp, start_ns, end_ns, in_a (bool), in_b (bool). Only pieces of positive length;
+-- pieces are maximal (adjacent pieces differ in in_a or in_b).
+CREATE OR REPLACE MACRO _interval_sweep(tbl_a, tbl_b) AS TABLE
+WITH edges AS (
+    -- zero-length islands add nothing to either set and would only split pieces
+    SELECT grp, unnest([start_ns, end_ns]) AS ts, unnest([1, -1]) AS delta_a, 0 AS delta_b
+    FROM interval_union(tbl_a) WHERE dur_ns > 0
+    UNION ALL
+    SELECT grp, unnest([start_ns, end_ns]) AS ts, 0 AS delta_a, unnest([1, -1]) AS delta_b
+    FROM interval_union(tbl_b) WHERE dur_ns > 0
+), state AS (
+    -- Rows sharing a ts are ordered arbitrarily; only the last of them reaches the next ts
+    -- with a positive length, and by then every edge at ts has been counted.
+    SELECT grp, ts AS start_ns,
+           lead(ts) OVER w AS end_ns,
+           sum(delta_a) OVER (w ROWS UNBOUNDED PRECEDING) AS open_a,
+           sum(delta_b) OVER (w ROWS UNBOUNDED PRECEDING) AS open_b
+    FROM edges
+    WINDOW w AS (PARTITION BY grp ORDER BY ts, delta_a, delta_b)
+)
+SELECT grp, start_ns, end_ns, open_a > 0 AS in_a, open_b > 0 AS in_b
+FROM state
+WHERE end_ns > start_ns AND (open_a > 0 OR open_b > 0);
+
+
+-- interval_intersect(tbl_a, tbl_b): union(a) ∩ union(b) per grp, e.g. communication kernels
+-- overlapping computation. Columns: grp, start_ns, end_ns, dur_ns.
+CREATE OR REPLACE MACRO interval_intersect(tbl_a, tbl_b) AS TABLE
+SELECT grp, start_ns, end_ns, end_ns - start_ns AS dur_ns
+FROM _interval_sweep(tbl_a, tbl_b)
+WHERE in_a AND in_b;
+
+
+-- interval_subtract(tbl_a, tbl_b): union(a) minus union(b) per grp, e.g. copy time that no
+-- kernel overlaps (exposed). Columns: grp, start_ns, end_ns, dur_ns.
+CREATE OR REPLACE MACRO interval_subtract(tbl_a, tbl_b) AS TABLE
+SELECT grp, start_ns, end_ns, end_ns - start_ns AS dur_ns
+FROM _interval_sweep(tbl_a, tbl_b)
+WHERE in_a AND NOT in_b;
+
+
+-- interval_covered(tbl_a, tbl_b): for every interval of tbl_a (columns grp, id, start_ns,
+-- end_ns; intervals of one grp must not overlap, e.g. the output of interval_gaps) how much of
+-- it union(b) covers, e.g. how much of each GPU idle gap the CPU spent inside a DataLoader
+-- span. Pieces of the sweep are attributed back to their a-interval by an ASOF join on start.
+-- Columns: grp, id, start_ns, end_ns, covered_ns (0 when nothing covers it).
+CREATE OR REPLACE MACRO interval_covered(tbl_a, tbl_b) AS TABLE
+WITH a AS (
+    SELECT grp, id, start_ns, end_ns FROM query_table(tbl_a)
+    WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL AND end_ns >= start_ns
+), edges AS (
+    -- a is used as is (not unioned) so that touching a-intervals stay apart.
+    SELECT grp, unnest([start_ns, end_ns]) AS ts, unnest([1, -1]) AS delta_a, 0 AS delta_b FROM a
+    UNION ALL
+    SELECT grp, unnest([start_ns, end_ns]) AS ts, 0 AS delta_a, unnest([1, -1]) AS delta_b
+    FROM interval_union(tbl_b) WHERE dur_ns > 0
+), pieces AS (
+    SELECT grp, start_ns, end_ns FROM (
+        SELECT grp, ts AS start_ns, lead(ts) OVER w AS end_ns,
+               sum(delta_a) OVER (w ROWS UNBOUNDED PRECEDING) AS open_a,
+               sum(delta_b) OVER (w ROWS UNBOUNDED PRECEDING) AS open_b
+        FROM edges
+        WINDOW w AS (PARTITION BY grp ORDER BY ts, delta_a, delta_b)
+    )
+    WHERE end_ns > start_ns AND open_a > 0 AND open_b > 0
+), attributed AS (
+    SELECT a.id, sum(p.end_ns - p.start_ns) AS covered_ns
+    FROM pieces p ASOF JOIN a ON p.grp = a.grp AND p.start_ns >= a.start_ns
+    GROUP BY a.id
+)
+SELECT a.grp, a.id, a.start_ns, a.end_ns, coalesce(attributed.covered_ns, 0)::BIGINT AS covered_ns
+FROM a LEFT JOIN attributed USING (id);

@@ -1,0 +1,65 @@
+-- Per-rank figures (issue #2), with Holistic Trace Analysis' definitions so that they can be
+-- checked against HTA's own output (tests/test_hta_agreement.py).
+
+
+-- rank_breakdown(run): one row per rank of the run (CPU-only ranks included, GPU columns NULL).
+-- Only GPU activity with gpu_activity.counted (HTA's ProfilerStep filtering rule) is used.
+-- Columns:
+--   rank
+--   n_steps          number of ProfilerStep#N windows (0 when the rank has none)
+--   mean_step_ns     mean ProfilerStep duration; the GPU span when the rank has no steps
+--   steps_divisor    n_steps, or 1 when there are none (per-step figures divide totals by it)
+--   first_gpu_ns, last_gpu_ns, span_ns   first to last GPU activity (HTA's "kernel_time")
+--   busy_ns          union of all GPU activity (kernels, memcpy, memset, every stream)
+--   idle_ns          span_ns - busy_ns
+--   compute_ns       union of compute kernels (not comm, not memory)
+--   non_compute_ns   busy_ns - compute_ns (communication and memory not hidden under compute)
+--   comm_ns          union of communication kernels
+--   comm_overlap_ns  union(comm) ∩ union(compute)
+--   h2d_ns           summed duration of host-to-device copies
+--   gpu_events       number of counted GPU activities
+CREATE OR REPLACE MACRO rank_breakdown(run) AS TABLE
+WITH act AS (
+    SELECT rank AS grp, start_ns, end_ns, category FROM gpu_activity(run) WHERE counted
+), compute_act AS (
+    SELECT grp, start_ns, end_ns FROM act WHERE category = 'compute'
+), comm_act AS (
+    SELECT grp, start_ns, end_ns FROM act WHERE category = 'comm'
+), span AS (
+    SELECT grp, min(start_ns) AS first_gpu_ns, max(end_ns) AS last_gpu_ns, count(*) AS gpu_events
+    FROM act GROUP BY grp
+), busy AS (
+    SELECT grp, sum(dur_ns) AS busy_ns FROM interval_union('act') GROUP BY grp
+), compute AS (
+    SELECT grp, sum(dur_ns) AS compute_ns FROM interval_union('compute_act') GROUP BY grp
+), comm AS (
+    SELECT grp, sum(dur_ns) AS comm_ns FROM interval_union('comm_act') GROUP BY grp
+), overlap AS (
+    SELECT grp, sum(dur_ns) AS comm_overlap_ns FROM interval_intersect('comm_act', 'compute_act') GROUP BY grp
+), h2d AS (
+    SELECT rank AS grp, sum(dur_ns) AS h2d_ns FROM copies(run) WHERE counted AND direction = 'HtoD' GROUP BY rank
+), step_stats AS (
+    SELECT rank AS grp, count(*) AS n_steps, avg(dur_ns) AS mean_step_ns FROM steps(run) GROUP BY rank
+)
+SELECT r.rank,
+       coalesce(st.n_steps, 0) AS n_steps,
+       coalesce(st.mean_step_ns, span.last_gpu_ns - span.first_gpu_ns) AS mean_step_ns,
+       greatest(coalesce(st.n_steps, 0), 1) AS steps_divisor,
+       span.first_gpu_ns, span.last_gpu_ns, span.last_gpu_ns - span.first_gpu_ns AS span_ns,
+       busy.busy_ns,
+       span.last_gpu_ns - span.first_gpu_ns - busy.busy_ns AS idle_ns,
+       CASE WHEN span.grp IS NOT NULL THEN coalesce(compute.compute_ns, 0) END AS compute_ns,
+       busy.busy_ns - coalesce(compute.compute_ns, 0) AS non_compute_ns,
+       CASE WHEN span.grp IS NOT NULL THEN coalesce(comm.comm_ns, 0) END AS comm_ns,
+       CASE WHEN span.grp IS NOT NULL THEN coalesce(overlap.comm_overlap_ns, 0) END AS comm_overlap_ns,
+       CASE WHEN span.grp IS NOT NULL THEN coalesce(h2d.h2d_ns, 0) END AS h2d_ns,
+       coalesce(span.gpu_events, 0) AS gpu_events
+FROM ranks r
+LEFT JOIN step_stats st ON st.grp = r.rank
+LEFT JOIN span ON span.grp = r.rank
+LEFT JOIN busy ON busy.grp = r.rank
+LEFT JOIN compute ON compute.grp = r.rank
+LEFT JOIN comm ON comm.grp = r.rank
+LEFT JOIN overlap ON overlap.grp = r.rank
+LEFT JOIN h2d ON h2d.grp = r.rank
+WHERE r.run_id = run;

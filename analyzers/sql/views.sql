@@ -1,0 +1,164 @@
+-- Per-run views over `events` (schema.sql): table macros taking the run id as a value
+-- parameter, e.g. `SELECT * FROM gpu_activity($run_id)`. Every analysis reads these instead
+-- of raw events, so Kineto-generation differences are handled once, here.
+
+
+-- steps(run): ProfilerStep#N windows per rank, as the CPU saw them.
+-- A step annotated on several threads (or twice) keeps its widest window.
+-- Columns:
+--   run_id, rank
+--   step        INTEGER  N of ProfilerStep#N
+--   start_ns, end_ns, dur_ns
+CREATE OR REPLACE MACRO steps(run) AS TABLE
+SELECT run_id, rank,
+       CAST(regexp_extract(name, '^ProfilerStep\s*#\s*(\d+)', 1) AS INTEGER) AS step,
+       min(ts_ns) AS start_ns, max(ts_ns + dur_ns) AS end_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns
+FROM events
+WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation')
+  AND regexp_matches(name, '^ProfilerStep\s*#\s*\d+') AND dur_ns IS NOT NULL
+GROUP BY run_id, rank, step;
+
+
+-- gpu_activity(run): every kernel, memcpy and memset of the run, one row each.
+-- Columns:
+--   run_id, rank, device, stream, kind ('kernel' | 'memcpy' | 'memset'), name
+--   start_ns, end_ns, dur_ns
+--   correlation, external_id, bytes (copies and sets only), args (JSON, verbatim)
+--   category    'comm' (NCCL/RCCL kernels: name ~ '^nccl.*Kernel', which covers ncclKernel_*
+--               and ncclDevKernel_*), 'memory' (name ~ '^Memcpy|^Memset|^dma'), else 'compute';
+--               the same patterns as Holistic Trace Analysis' temporal breakdown
+--   counted     BOOLEAN, HTA's rule for which GPU activity belongs to the profiled steps: when the
+--               run has two or more distinct ProfilerStep#N names, only activity whose launching
+--               CPU call (same correlation) is in the trace and starts no later than the end of
+--               the rank's last ProfilerStep counts; otherwise all activity counts
+CREATE OR REPLACE MACRO gpu_activity(run) AS TABLE
+WITH activity AS (
+    SELECT run_id, rank, device, stream, kind, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns,
+           dur_ns, correlation, external_id, bytes, args
+    FROM events
+    WHERE run_id = run AND kind IN ('kernel', 'memcpy', 'memset') AND dur_ns IS NOT NULL
+), step_names AS (
+    SELECT count(DISTINCT step) AS n_step_names FROM steps(run)
+), last_step_end AS (
+    SELECT rank, max(end_ns) AS last_end_ns FROM steps(run) GROUP BY rank
+), launched_in_steps AS (
+    -- correlation ids whose CPU call started before the rank's last ProfilerStep ended
+    SELECT DISTINCT e.rank, e.correlation
+    FROM events e JOIN last_step_end l ON e.rank = l.rank
+    WHERE e.run_id = run AND e.kind IN ('runtime', 'driver') AND e.correlation IS NOT NULL
+      AND e.ts_ns <= l.last_end_ns
+)
+SELECT a.*,
+       CASE WHEN regexp_matches(a.name, '^nccl.*Kernel') THEN 'comm'
+            WHEN regexp_matches(a.name, '^(Memcpy|Memset|dma)') THEN 'memory'
+            ELSE 'compute' END AS category,
+       (SELECT n_step_names FROM step_names) < 2 OR l.correlation IS NOT NULL AS counted
+FROM activity a
+LEFT JOIN launched_in_steps l ON a.rank = l.rank AND a.correlation = l.correlation;
+
+
+-- launches(run): each CPU runtime/driver call joined to the GPU activity it started (same
+-- correlation id), e.g. cudaLaunchKernel -> kernel, cudaMemcpyAsync -> memcpy.
+-- Columns:
+--   run_id, rank, correlation
+--   launch_name, launch_tid, launch_start_ns, launch_end_ns, launch_dur_ns   (the CPU call)
+--   gpu_kind, gpu_name, category, device, stream, gpu_start_ns, gpu_end_ns, gpu_dur_ns, bytes, counted
+--   launch_delay_ns  time from the end of the CPU call to the start of the GPU work, floored at
+--                    0 (HTA's get_cuda_kernel_launch_stats definition)
+CREATE OR REPLACE MACRO launches(run) AS TABLE
+WITH calls AS (
+    -- prefer the runtime call when both a runtime and a driver event carry the id
+    SELECT rank, correlation, name, tid, ts_ns, dur_ns
+    FROM events
+    WHERE run_id = run AND kind IN ('runtime', 'driver') AND correlation IS NOT NULL
+    QUALIFY row_number() OVER (PARTITION BY rank, correlation
+                               ORDER BY (kind = 'runtime') DESC, ts_ns) = 1
+)
+SELECT g.run_id, g.rank, g.correlation,
+       c.name AS launch_name, c.tid AS launch_tid, c.ts_ns AS launch_start_ns,
+       c.ts_ns + coalesce(c.dur_ns, 0) AS launch_end_ns, c.dur_ns AS launch_dur_ns,
+       g.kind AS gpu_kind, g.name AS gpu_name, g.category, g.device, g.stream,
+       g.start_ns AS gpu_start_ns, g.end_ns AS gpu_end_ns, g.dur_ns AS gpu_dur_ns, g.bytes, g.counted,
+       greatest(g.start_ns - (c.ts_ns + coalesce(c.dur_ns, 0)), 0) AS launch_delay_ns
+FROM gpu_activity(run) g
+JOIN calls c ON g.rank = c.rank AND g.correlation = c.correlation;
+
+
+-- copies(run): memory copies with direction, memory kinds and achieved bandwidth.
+-- Columns:
+--   run_id, rank, device, stream, name, start_ns, end_ns, dur_ns, correlation, counted
+--   direction   'HtoD' | 'DtoH' | 'DtoD' | 'HtoH' | 'PtoP' ... (from the name, else args.kind)
+--   src_memory, dst_memory  'Pageable' | 'Pinned' | 'Device' | 'Host' ... (from "(A -> B)"), NULL if absent
+--   pageable    BOOLEAN, either side is pageable host memory (the copy is staged and blocks the host)
+--   bytes       NULL where the trace does not say
+--   gbps        achieved bandwidth, bytes / ns = GB/s (1e9 bytes per second); NULL without bytes
+--   launch_name the CPU call that issued it (cudaMemcpyAsync, cudaMemcpy, hipMemcpyWithStream...)
+--   launch_start_ns, launch_end_ns
+--   synchronous BOOLEAN, issued by a blocking call (a cudaMemcpy without "Async", which is what
+--               `.item()`/`.cpu()` and `.to(device)` from pageable memory do)
+CREATE OR REPLACE MACRO copies(run) AS TABLE
+SELECT g.run_id, g.rank, g.device, g.stream, g.name, g.start_ns, g.end_ns, g.dur_ns, g.correlation, g.counted,
+       coalesce(nullif(regexp_extract(g.name, '^Memcpy\s+(\w+)', 1), ''),
+                json_extract_string(g.args, '$.kind')) AS direction,
+       nullif(regexp_extract(g.name, '\((\w+)\s*->\s*(\w+)\)', 1), '') AS src_memory,
+       nullif(regexp_extract(g.name, '\((\w+)\s*->\s*(\w+)\)', 2), '') AS dst_memory,
+       coalesce(src_memory = 'Pageable' OR dst_memory = 'Pageable', false) AS pageable,
+       g.bytes,
+       CASE WHEN g.dur_ns > 0 AND g.bytes IS NOT NULL THEN g.bytes / g.dur_ns END AS gbps,
+       l.launch_name, l.launch_start_ns, l.launch_end_ns,
+       coalesce(l.launch_name IS NOT NULL AND NOT contains(lower(l.launch_name), 'async')
+                AND NOT contains(lower(l.launch_name), 'withstream'), false) AS synchronous
+FROM gpu_activity(run) g
+LEFT JOIN launches(run) l ON g.rank = l.rank AND g.correlation = l.correlation
+                           AND g.start_ns = l.gpu_start_ns AND g.stream IS NOT DISTINCT FROM l.stream
+WHERE g.kind = 'memcpy';
+
+
+-- collectives(run): NCCL/RCCL kernels with what they moved; size fields come from the args
+-- newer PyTorch writes (Collective name, In msg nelems, dtype, Group size) and are NULL where
+-- the trace has none.
+-- Columns:
+--   run_id, rank, device, stream, name, start_ns, end_ns, dur_ns, correlation, counted
+--   collective   args."Collective name", else parsed from the kernel name
+--                (ncclKernel_AllReduce_... / ncclDevKernel_AllReduce_... -> 'allreduce'), lower case
+--   nelems       args."In msg nelems"
+--   dtype        args.dtype as written (Float, BFloat16, Half, ...)
+--   dtype_bytes  element size of dtype, NULL when unknown
+--   group_size   args."Group size"
+--   bytes        nelems * dtype_bytes
+--   algbw_gbps   bytes / duration (GB/s); busbw_gbps = algbw * nccl-tests' bus factor
+--                (2(n-1)/n all-reduce, (n-1)/n all-gather / reduce-scatter / all-to-all, 1 otherwise)
+CREATE OR REPLACE MACRO collectives(run) AS TABLE
+WITH comm AS (
+    SELECT g.run_id, g.rank, g.device, g.stream, g.name, g.start_ns, g.end_ns, g.dur_ns,
+           g.correlation, g.counted, g.args
+    FROM gpu_activity(run) g
+    WHERE g.category = 'comm'
+), sized AS (
+    SELECT * EXCLUDE (args),
+           lower(coalesce(nullif(args->>'Collective name', ''),
+                          nullif(regexp_extract(name, '^nccl(?:Dev)?Kernel_([A-Za-z]+)', 1), ''))) AS collective,
+           TRY_CAST(args->>'In msg nelems' AS BIGINT) AS nelems,
+           args->>'dtype' AS dtype,
+           CASE lower(args->>'dtype')
+                WHEN 'float' THEN 4 WHEN 'float32' THEN 4 WHEN 'int' THEN 4 WHEN 'int32' THEN 4
+                WHEN 'double' THEN 8 WHEN 'long' THEN 8 WHEN 'int64' THEN 8 WHEN 'float64' THEN 8
+                WHEN 'half' THEN 2 WHEN 'bfloat16' THEN 2 WHEN 'float16' THEN 2 WHEN 'short' THEN 2
+                WHEN 'byte' THEN 1 WHEN 'char' THEN 1 WHEN 'bool' THEN 1 WHEN 'int8' THEN 1 WHEN 'uint8' THEN 1
+                WHEN 'float8_e4m3fn' THEN 1 WHEN 'float8_e5m2' THEN 1
+           END AS dtype_bytes,
+           TRY_CAST(args->>'Group size' AS INTEGER) AS group_size
+    FROM comm
+)
+SELECT *, nelems * dtype_bytes AS bytes,
+       CASE WHEN dur_ns > 0 THEN nelems * dtype_bytes / dur_ns END AS algbw_gbps,
+       CASE WHEN dur_ns > 0 THEN nelems * dtype_bytes / dur_ns
+                 * CASE WHEN group_size IS NULL OR group_size < 1 THEN NULL
+                        WHEN collective IN ('allreduce', 'all_reduce') THEN 2.0 * (group_size - 1) / group_size
+                        WHEN collective IN ('allgather', 'all_gather', 'reducescatter', 'reduce_scatter',
+                                            'alltoall', 'all_to_all', 'all_to_allv', 'alltoallv', 'allgather_into_tensor_coalesced',
+                                            'reduce_scatter_tensor_coalesced', '_allgather_base', '_reduce_scatter_base')
+                             THEN 1.0 * (group_size - 1) / group_size
+                        ELSE 1.0 END
+       END AS busbw_gbps
+FROM sized;

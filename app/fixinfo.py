@@ -1,0 +1,49 @@
+"""What the dashboard shows about a fix: the registry entry and the gain measured in accel/BENCHMARKS.md."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "accel" / "BENCHMARKS.md"
+
+
+def fix_details(fix_id: str) -> dict[str, Any]:
+    """title, description, snippet, demo, needs for a fix id; a plain placeholder when unknown."""
+    try:
+        from accel import registry
+
+        fix = registry.get(fix_id)
+    except Exception:  # registry missing or id unknown: still show the id
+        fix = None
+    if fix is None:
+        return {"id": fix_id, "title": fix_id, "description": "", "snippet": "", "needs": [],
+                "demo": f"python -m accel.demo {fix_id} --out DIR"}
+    return {"id": fix.id, "title": fix.title, "description": fix.description, "snippet": fix.snippet,
+            "needs": list(fix.needs), "demo": fix.demo}
+
+
+def _table_rows(text: str) -> list[tuple[list[str], list[str]]]:
+    """(header, row) pairs of every Markdown table row in text."""
+    pairs, header = [], None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not all(set(c) <= set("-: ") for c in cells):
+            pairs.append((header, cells))
+    return pairs
+
+
+def measured_gain(fix_id: str, text: str | None = None) -> list[dict[str, str]]:
+    """Rows of BENCHMARKS.md tables that name this fix id (header -> cell), [] when none."""
+    if text is None:
+        try:
+            text = BENCHMARKS.read_text()
+        except OSError:
+            return []
+    return [dict(zip(header, cells)) for header, cells in _table_rows(text)
+            if any(c.strip("`* ") == fix_id for c in cells)]

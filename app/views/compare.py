@@ -1,0 +1,59 @@
+"""Compare two runs (before / after a fix): per-finding-kind cost deltas and the step-time delta."""
+from __future__ import annotations
+
+import streamlit as st
+
+from analyzers import queries
+from app import charts, state, ui
+
+st.title("Compare runs")
+state.page_start()
+all_runs = state.list_runs()
+if len(all_runs) < 2:
+    st.info("Load at least two runs (for example before and after a fix) to compare them.")
+    st.page_link("views/load.py", label="Load traces", icon=":material/upload_file:")
+    st.stop()
+
+ids = [r["run_id"] for r in all_runs]
+labels = {r["run_id"]: state.run_label(r) for r in all_runs}
+current = state.current_run()
+left, right = st.columns(2)
+before = left.selectbox("Before", ids, index=min(1, len(ids) - 1), format_func=labels.get, key="compare_before")
+after = right.selectbox("After", ids, index=ids.index(current) if current in ids and current != before else 0,
+                        format_func=labels.get, key="compare_after")
+if before == after:
+    st.warning("Pick two different runs.")
+    st.stop()
+
+comparison = queries.compare_runs(state.cur(), before, after)
+steps = comparison["steps"].set_index("run")
+delta = comparison["delta"]
+cols = st.columns(5)
+for col, (part, title) in zip(cols, [("mean_step_ms", "Mean step time"), ("compute_ms", "Compute / step"),
+                                     ("comm_exposed_ms", "Exposed comm / step"), ("idle_ms", "GPU idle / step")]):
+    if delta[f"{part}_after"] is None:
+        col.metric(title, "–")
+    elif delta[f"{part}_before"] is None:
+        col.metric(title, f"{delta[f'{part}_after']:,.2f} ms")
+    else:
+        # Less step time, exposed comm or idle is better; more compute is neither good nor bad.
+        col.metric(title, f"{delta[f'{part}_after']:,.2f} ms", f"{delta[f'{part}_delta']:+,.2f} ms vs before",
+                   delta_color="off" if part == "compute_ms" else "inverse")
+cols[4].metric("Speed-up (mean step)", "–" if delta["speedup"] is None else f"×{delta['speedup']:.2f}")
+
+kinds = comparison["kinds"]
+left, right = st.columns(2)
+with left:
+    if len(kinds):
+        st.plotly_chart(charts.compare_bars(kinds), width="stretch", key="cmp-kinds")
+    else:
+        st.success("Neither run has findings.")
+with right:
+    if len(steps):
+        st.plotly_chart(charts.breakdown_bars(steps.reset_index(), "Mean step, side by side",
+                                              labels=list(steps.index)), width="stretch", key="cmp-steps")
+st.dataframe(kinds.assign(kind=[ui.kind_title(k) for k in kinds["kind"]]), hide_index=True, width="stretch",
+             column_config={c: st.column_config.NumberColumn(format="%.3f") for c in
+                            ("before_ms", "after_ms", "delta_ms", "before_pct", "after_pct")})
+st.caption("Cost per kind = GPU time lost per step summed over that kind's findings (all ranks); "
+           "% = the worst single finding's share of the step.")

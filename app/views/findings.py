@@ -1,0 +1,113 @@
+"""Findings ranked by cost per step: what, where, how much, the evidence, the fix, the review mark."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from analyzers import runs as run_store
+from app import charts, fixinfo, state, ui
+
+# Which step-breakdown column shows a kind's cost step by step (evidence chart).
+EVIDENCE_COLUMN = {
+    "launch_gap": ("idle_ms", "GPU idle per step"),
+    "host_sync": ("idle_ms", "GPU idle per step"),
+    "dataloader_stall": ("idle_ms", "GPU idle per step"),
+    "h2d_stall": ("memory_ms", "Memory copies not hidden by compute, per step"),
+    "comm_exposed": ("comm_exposed_ms", "Exposed communication per step"),
+}
+MARK_CHOICES = [None, "to_fix", "fixed", "wont_fix"]
+
+st.title("Findings")
+run_id = ui.need_run()
+if run_id is None:
+    st.stop()
+
+found = state.findings(run_id)
+if not found:
+    st.success("No findings for this run: nothing costs enough GPU time per step to report.")
+    st.stop()
+
+kinds = sorted({f["kind"] for f in found})
+chosen = st.multiselect("Kinds", kinds, default=kinds, format_func=ui.kind_title)
+found = [f for f in found if f["kind"] in chosen]
+st.caption(f"{len(found)} findings, costliest first. Cost = GPU time lost per step, the most a fix can save.")
+
+steps = state.step_breakdown(state.db_path(), run_id)
+origin = (state.time_bounds(state.db_path(), run_id) or (None, None))[0]
+per_rank = state.rank_breakdown(state.db_path(), run_id)
+
+
+def evidence(finding: dict) -> None:
+    if finding["kind"] == "rank_imbalance" and len(per_rank) > 1:
+        # Step times are equal across ranks (collectives wait for the slowest); the work is not.
+        st.plotly_chart(charts.per_rank_bars(per_rank["compute_ms"], per_rank["rank"],
+                                             "GPU compute per step, per rank", highlight_rank=finding["rank"]),
+                        width="stretch", key=f"ev-{finding['id']}")
+    column, title = EVIDENCE_COLUMN.get(finding["kind"], ("idle_ms", "GPU idle per step"))
+    rank = finding["rank"] if finding["rank"] is not None else (steps["rank"].min() if len(steps) else None)
+    rank_steps = steps[steps["rank"] == rank] if rank is not None else steps.iloc[0:0]
+    if finding["kind"] != "rank_imbalance" and len(rank_steps):
+        st.plotly_chart(charts.per_step_bars(rank_steps, column, f"{title} (rank {rank})", finding["step"]),
+                        width="stretch", key=f"ev-{finding['id']}")
+    for key, series in charts.metric_series(finding["metrics"])[:2]:
+        st.plotly_chart(charts.metric_bars(key, series), width="stretch", key=f"ev-{finding['id']}-{key}")
+    if finding["metrics"]:
+        with st.expander("Measured evidence (metrics)"):
+            st.json(finding["metrics"])
+
+
+def fixes(finding: dict) -> None:
+    if not finding["fixes"]:
+        st.caption("No fix in the library addresses this finding yet.")
+        return
+    tabs = st.tabs([fixinfo.fix_details(f)["title"] for f in finding["fixes"]])
+    for tab, fix_id in zip(tabs, finding["fixes"]):
+        with tab:
+            fix = fixinfo.fix_details(fix_id)
+            if fix["description"]:
+                st.markdown(fix["description"])
+            if fix["needs"]:
+                st.caption("Needs: " + ", ".join(fix["needs"]))
+            if fix["snippet"]:
+                st.code(fix["snippet"], language="python")
+            st.markdown("Profile it before and after on your machine:")
+            st.code(fix["demo"], language="bash")
+            gains = fixinfo.measured_gain(fix_id)
+            if gains:
+                st.markdown("Measured in `accel/BENCHMARKS.md`:")
+                st.dataframe(pd.DataFrame(gains), hide_index=True, width="stretch")
+
+
+def mark_form(finding: dict) -> None:
+    with st.form(key=f"mark-{run_id}-{finding['id']}", border=False):
+        left, right, button = st.columns([1, 3, 1], vertical_alignment="bottom")
+        status = left.selectbox("Review", MARK_CHOICES, index=MARK_CHOICES.index(finding["mark_status"])
+                                if finding["mark_status"] in MARK_CHOICES else 0, format_func=ui.MARK_LABELS.get)
+        note = right.text_input("Note", value=finding["mark_note"], max_chars=500)
+        if button.form_submit_button("Save mark"):
+            state.write(run_store.set_mark, run_id, finding["id"], status, note)
+            st.toast(f"Marked {finding['id']}: {ui.MARK_LABELS[status]}")
+            st.rerun()
+
+
+for position, finding in enumerate(found, start=1):
+    with st.container(border=True):
+        head, cost = st.columns([4, 1])
+        head.subheader(f"{position}. {ui.kind_title(finding['kind'])} {ui.severity(finding['severity'])}")
+        head.markdown(ui.md(finding["summary"]))
+        head.caption(ui.md(ui.where(finding, origin)) + f" · id {ui.md(finding['id'])}")
+        cost.metric("Cost per step", f"{finding['cost_ms_per_step']:,.2f} ms", f"{finding['cost_pct']:.1f} % of step",
+                    delta_color="off", delta_arrow="off")
+        if finding["mark_status"]:
+            cost.caption(f"Review: **{ui.MARK_LABELS[finding['mark_status']]}**")
+        evidence_col, fix_col = st.columns([1, 1])
+        with evidence_col:
+            evidence(finding)
+            if finding["start_ns"] is not None and st.button("Show in timeline", key=f"tl-{finding['id']}",
+                                                             icon=":material/timeline:"):
+                st.session_state["timeline_focus"] = finding["id"]
+                st.switch_page("views/timeline.py")
+        with fix_col:
+            st.markdown("**Fix**")
+            fixes(finding)
+        mark_form(finding)

@@ -1,0 +1,73 @@
+"""Report: the run's review as self-contained HTML (charts embedded), Markdown and JSON."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from analyzers import runs as run_store
+from app import charts, review, state, ui
+
+st.title("Report")
+run_id = ui.need_run()
+if run_id is None:
+    st.stop()
+
+try:
+    from analyzers.report import build_report, render_html, render_markdown
+except ImportError as exc:
+    st.error(f"The report module is not available in this checkout ({exc}).")
+    st.stop()
+
+report = build_report(state.cur(), run_id)
+rows = review.review_rows(report.get("findings", []), run_store.get_marks(state.cur(), run_id))
+run = report.get("run") or {}
+st.markdown(f"Review of **{ui.md(run.get('name', run_id))}**: {len(report.get('findings', []))} findings, "
+            f"{len(report.get('ranks', []))} ranks, {len(rows)} marked on the Findings page.")
+
+
+def html_with_charts() -> str:
+    """render_html's page plus the review marks and the dashboard's charts (plotly.js inlined once,
+    so the file opens offline)."""
+    figures = []
+    per_rank = state.rank_breakdown(state.db_path(), run_id)
+    if len(per_rank):
+        figures.append(charts.breakdown_bars(per_rank, "Where a step's time goes, per rank (mean ms per step)"))
+    steps = state.step_breakdown(state.db_path(), run_id)
+    if len(steps):
+        figures.append(charts.heatmap(steps, "step_ms", "Step time per rank and step (ms)"))
+    blocks = [fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
+              for i, fig in enumerate(figures)]
+    charts_html = '<section class="charts"><h2>Charts</h2>' + "".join(blocks) + "</section>" if blocks else ""
+    return review.insert_before_body_end(render_html(report), review.review_html(rows) + charts_html)
+
+
+markdown = render_markdown(report) + review.review_markdown(rows)
+left, middle, right = st.columns(3)
+left.download_button("Download HTML report", data=html_with_charts, file_name=f"tracedoctor_{run_id[:8]}.html",
+                     mime="text/html", icon=":material/download:", type="primary")
+middle.download_button("Download Markdown report", data=markdown, file_name=f"tracedoctor_{run_id[:8]}.md",
+                       mime="text/markdown", icon=":material/download:")
+right.download_button("Download JSON (CLI contract)", data=json.dumps(report, indent=2, default=str),
+                      file_name=f"tracedoctor_{run_id[:8]}.json", mime="application/json",
+                      icon=":material/download:")
+
+st.subheader("Findings in this report")
+if report.get("findings"):
+    st.dataframe(pd.DataFrame([{"#": i, "kind": ui.kind_title(f["kind"]), "severity": f["severity"],
+                                "rank": f["rank"], "step": f["step"], "ms/step": f["cost_ms_per_step"],
+                                "% of step": f["cost_pct"], "fixes": ", ".join(f["fixes"])}
+                               for i, f in enumerate(report["findings"], start=1)]),
+                 hide_index=True, width="stretch",
+                 column_config={"ms/step": st.column_config.NumberColumn(format="%.3f"),
+                                "% of step": st.column_config.NumberColumn(format="%.1f")})
+else:
+    st.success("No findings.")
+st.subheader("Review marks")
+if rows:
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+else:
+    st.caption("No finding marked yet (mark them on the Findings page).")
+with st.expander("Markdown source"):
+    st.code(markdown, language="markdown")

@@ -1,0 +1,1 @@
+"""Sample traces for the dashboard and the synthesizer that makes traces with planted problems."""

@@ -1,0 +1,124 @@
+"""accel.registry: the 12 fixes, their predicates over finding metrics, and the ranking."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accel import registry
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+FIX_IDS = ["cuda_graph", "compile_reduce_overhead", "fused_optimizer", "triton_fused_elementwise",
+           "cuda_prefetcher", "dataloader_tuning", "balanced_sampler", "comm_compression",
+           "powersgd", "ddp_bucket_tuning", "no_sync_accumulation", "hierarchical_allreduce"]
+CORE_FIXES = FIX_IDS[:6]   # implemented in this package's kernels/ and data/ (not accel/comm)
+
+
+def test_registry_holds_exactly_the_twelve_fixes():
+    assert list(registry.FIXES) == FIX_IDS
+
+
+@pytest.mark.parametrize("fix_id", FIX_IDS)
+def test_fix_entry_is_well_formed(fix_id):
+    fix = registry.get(fix_id)
+    assert fix.id == fix_id
+    assert fix.addresses and set(fix.addresses) <= set(registry.FINDING_KINDS)
+    assert set(fix.needs) <= registry.NEEDS
+    assert fix.demo == f"python -m accel.demo {fix_id} --out DIR"
+    assert fix.title and fix.description
+    compile(fix.snippet, f"<snippet {fix_id}>", "exec")   # the pasted code is valid Python
+    assert set(fix.fit) <= set(fix.addresses)
+
+
+@pytest.mark.parametrize("fix_id", CORE_FIXES)
+def test_core_fix_modules_and_demos_exist(fix_id):
+    fix = registry.get(fix_id)
+    assert importlib.util.find_spec(fix.module) is not None
+    assert importlib.util.find_spec(fix.demo_module) is not None
+
+
+def test_get_unknown_fix_names_the_known_ones():
+    with pytest.raises(KeyError, match="cuda_graph"):
+        registry.get("warp_drive")
+
+
+def test_registry_imports_no_torch():
+    code = "import sys, accel.registry; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_unknown_metrics_mean_every_fix_applies_in_fit_order():
+    assert registry.fixes_for("launch_gap", {}) == [
+        "cuda_graph", "compile_reduce_overhead", "fused_optimizer", "triton_fused_elementwise"]
+    assert registry.fixes_for("launch_gap", None) == registry.fixes_for("launch_gap", {})
+    assert registry.fixes_for("comm_exposed", {})[0] == "comm_compression"
+
+
+def test_no_fix_for_an_unknown_kind():
+    assert registry.fixes_for("cosmic_rays", {}) == []
+
+
+def test_dynamic_shapes_rule_out_the_cuda_graph_but_keep_it_listed_last():
+    ranked = registry.fixes_for("launch_gap", {"static_shapes": False})
+    assert ranked[-1] == "cuda_graph"
+    assert not registry.get("cuda_graph").applies({"static_shapes": False})
+    assert not registry.get("cuda_graph").applies({"distinct_shapes": 3})
+    assert not registry.get("cuda_graph").applies({"syncs_per_step": 5})
+    assert registry.get("cuda_graph").applies({"static_shapes": True, "syncs_per_step": 1})
+
+
+def test_optimizer_heavy_gaps_put_the_fused_optimizer_first():
+    # fit: fused 0.7 + 0.4 * 0.8 = 1.02 > cuda_graph 0.9
+    assert registry.fixes_for("launch_gap", {"optimizer_kernel_share": 0.8})[0] == "fused_optimizer"
+    assert registry.get("fused_optimizer").fit_for("launch_gap", {"optimizer_kernel_share": 0.8}) \
+        == pytest.approx(1.02)
+    assert not registry.get("fused_optimizer").applies({"optimizer_kernel_share": 0.05})
+
+
+def test_powersgd_ranks_by_link_speed():
+    slow = registry.fixes_for("comm_exposed", {"busbw_gbps": 10.0})
+    assert slow[0] == "powersgd"            # 0.5 + 0.3 * (1 - 10/50) = 0.74 > 0.7
+    fast = registry.fixes_for("comm_exposed", {"busbw_gbps": 200.0})
+    assert fast[-1] == "powersgd"           # NVLink-class: ruled out
+
+
+def test_hierarchical_allreduce_only_across_nodes():
+    fix = registry.get("hierarchical_allreduce")
+    assert not fix.applies({"nodes": 1})
+    assert fix.applies({"nodes": 4})
+    assert not fix.applies({"world_size": 8, "local_world_size": 8})
+    assert fix.applies({"world_size": 16, "local_world_size": 8})
+
+
+def test_h2d_and_loader_predicates():
+    prefetch = registry.get("cuda_prefetcher")
+    assert not prefetch.applies({"pageable_share": 0.0, "h2d_overlap_pct": 95.0})
+    assert prefetch.applies({"pageable_share": 1.0, "h2d_overlap_pct": 0.0})
+    assert registry.fixes_for("h2d_stall", {})[0] == "cuda_prefetcher"
+    assert registry.fixes_for("dataloader_stall", {})[0] == "dataloader_tuning"
+    assert not registry.get("dataloader_tuning").applies({"num_workers": 8, "cpu_count": 8})
+
+
+@pytest.mark.parametrize("metrics", [
+    {"static_shapes": "yes", "distinct_shapes": "many", "busbw_gbps": None},
+    {"optimizer_kernel_share": float("nan"), "nodes": [1, 2]},
+    {"imbalance_source": 3},
+    "not a dict",
+])
+def test_odd_metrics_never_raise_and_count_as_unknown(metrics):
+    for kind in registry.FINDING_KINDS:
+        ranked = registry.fixes_for(kind, metrics)
+        assert sorted(ranked) == sorted(f.id for f in registry.FIXES.values() if kind in f.addresses)
+    assert registry.get("cuda_graph").applies(metrics)
+
+
+def test_list_fixes_shape():
+    listed = registry.list_fixes()
+    assert [f["id"] for f in listed] == FIX_IDS
+    assert all(set(f) == {"id", "title", "addresses", "needs"} for f in listed)

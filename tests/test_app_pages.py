@@ -1,0 +1,284 @@
+"""Every dashboard page through streamlit.testing (AppTest): with hand-built runs, with the bundled
+sample runs, and with an empty store. Each test points TRACEDOCTOR_DB at its own tmp file."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from analyzers.store import connect
+from test_app_helpers import AFTER_RUN, BEFORE_RUN, build_store
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+HOME = str(REPO_ROOT / "app" / "Home.py")
+PAGES = ["views/overview.py", "views/findings.py", "views/timeline.py", "views/ranks.py",
+         "views/communication.py", "views/compare.py", "views/report.py", "views/load.py", "views/runs.py",
+         "views/gpus.py"]
+
+
+def open_app(monkeypatch, db: Path, samples: str = "none", run_id: str | None = None) -> AppTest:
+    monkeypatch.setenv("TRACEDOCTOR_DB", str(db))
+    monkeypatch.setenv("TRACEDOCTOR_SAMPLES", samples)
+    at = AppTest.from_file(HOME, default_timeout=120)
+    if run_id is not None:
+        at.session_state["run_id"] = run_id
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def goto(at: AppTest, page: str) -> AppTest:
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, (page, [e.value for e in at.exception])
+    return at
+
+
+def plain(markdown: str) -> str:
+    """What a reader sees of text escaped by app.ui.md (backslash escapes removed)."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
+def texts(at: AppTest) -> str:
+    """Everything a user reads on the page (markdown, captions, alerts, headers)."""
+    parts = []
+    for kind in ("markdown", "caption", "info", "warning", "error", "success", "subheader", "title"):
+        parts.extend(str(e.value) for e in getattr(at, kind))
+    return "\n".join(parts)
+
+
+@pytest.fixture()
+def hand_built(tmp_path, monkeypatch):
+    db = tmp_path / "store.duckdb"
+    build_store(db)
+    return db
+
+
+def test_every_page_renders_with_runs(hand_built, monkeypatch):
+    at = open_app(monkeypatch, hand_built, run_id=BEFORE_RUN)
+    for page in PAGES:
+        goto(at, page)
+        assert at.session_state["run_id"] == BEFORE_RUN, page   # the choice survives page switches
+
+
+def test_overview_shows_ranks_steps_and_top_findings(hand_built, monkeypatch):
+    at = open_app(monkeypatch, hand_built, run_id=BEFORE_RUN)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Ranks"] == "2"
+    assert metrics["Steps per rank"] == "2"
+    assert metrics["Findings"] == "2"
+    page = texts(at)
+    assert "GPU idle between kernel launches" in page and "3.50 ms/step" in page
+
+
+def test_findings_cards_ranked_with_fix_code_and_demo(hand_built, monkeypatch):
+    at = goto(open_app(monkeypatch, hand_built, run_id=BEFORE_RUN), "views/findings.py")
+    headers = [h.value for h in at.subheader]
+    assert headers[0].startswith("1. GPU idle between kernel launches")
+    assert headers[1].startswith("2. Communication not hidden behind compute")
+    costs = [m.value for m in at.metric if m.label == "Cost per step"]
+    assert costs == ["3.50 ms", "2.00 ms"]
+    codes = [c.value for c in at.code]
+    assert "python -m accel.demo cuda_graph --out DIR" in codes
+    assert "python -m accel.demo ddp_bucket_tuning --out DIR" in codes
+
+
+def test_marking_a_finding_persists_in_the_store(hand_built, monkeypatch):
+    at = goto(open_app(monkeypatch, hand_built, run_id=BEFORE_RUN), "views/findings.py")
+    review = [s for s in at.selectbox if s.label == "Review"]
+    notes = [t for t in at.text_input if t.label == "Note"]
+    review[1].set_value("wont_fix")
+    notes[1].input("bandwidth bound, nothing to hide behind")
+    [b for b in at.button if b.label == "Save mark"][1].click()
+    at.run()
+    assert not at.exception
+    con = connect(hand_built, read_only=False)
+    try:
+        from analyzers.runs import get_marks
+
+        marks = get_marks(con, BEFORE_RUN)
+    finally:
+        con.close()
+    assert marks["comm_exposed:r0"]["status"] == "wont_fix"
+    assert marks["comm_exposed:r0"]["note"] == "bandwidth bound, nothing to hide behind"
+
+
+def test_show_in_timeline_opens_the_findings_window(hand_built, monkeypatch):
+    at = goto(open_app(monkeypatch, hand_built, run_id=BEFORE_RUN), "views/findings.py")
+    [b for b in at.button if b.label == "Show in timeline"][0].click()
+    at.run()
+    assert not at.exception
+    assert at.session_state["timeline_finding"] == "launch_gap:r0:s7"
+    assert any("window" in c.value and "bars drawn" in c.value for c in at.caption)
+
+
+def test_untrusted_names_are_escaped_in_markdown(hand_built, monkeypatch):
+    con = connect(hand_built)
+    con.execute("UPDATE findings SET summary = '<script>alert(1)</script> [x](javascript:alert(1))' "
+                "WHERE run_id = ? AND finding_id = 'launch_gap:r0:s7'", [BEFORE_RUN])
+    con.close()
+    at = goto(open_app(monkeypatch, hand_built, run_id=BEFORE_RUN), "views/findings.py")
+    summaries = [m.value for m in at.markdown if "script" in m.value]
+    assert summaries and all("\\<script\\>" in s and "\\[x\\]\\(javascript" in s for s in summaries)
+
+
+def test_compare_page_shows_deltas(hand_built, monkeypatch):
+    at = open_app(monkeypatch, hand_built, run_id=AFTER_RUN)
+    at.session_state["compare_before"] = BEFORE_RUN
+    at.session_state["compare_after"] = AFTER_RUN
+    goto(at, "views/compare.py")
+    metrics = {m.label: m for m in at.metric}
+    assert metrics["Mean step time"].value == "8.00 ms"
+    assert metrics["Mean step time"].delta == "-0.67 ms vs before"
+    assert metrics["Speed-up (mean step)"].value == "×1.08"
+
+
+def test_ranks_and_communication_pages_draw_their_charts(hand_built, monkeypatch):
+    at = goto(open_app(monkeypatch, hand_built, run_id=BEFORE_RUN), "views/ranks.py")
+    assert len(at.get("plotly_chart")) == 4
+    at = goto(at, "views/communication.py")
+    frames = at.dataframe
+    assert any("busbw_gbps" in f.value.columns and len(f.value) == 1 for f in frames)
+
+
+def test_rename_tag_and_delete_a_run(hand_built, monkeypatch):
+    at = goto(open_app(monkeypatch, hand_built, run_id=AFTER_RUN), "views/runs.py")
+    at.text_input[0].set_value("after bucket tuning")
+    at.text_input[1].set_value("after-fix, ddp")
+    at.button[0].click()   # the form's Save
+    at.run()
+    assert not at.exception
+    con = connect(hand_built)
+    row = con.execute("SELECT name, tags FROM runs WHERE run_id = ?", [AFTER_RUN]).fetchone()
+    con.close()
+    assert row == ("after bucket tuning", ["after-fix", "ddp"])
+    at.checkbox(key=f"confirm-{AFTER_RUN}").check()
+    at.run()
+    [b for b in at.button if b.label == "Delete run"][0].click()
+    at.run()
+    assert not at.exception
+    at.run()
+    con = connect(hand_built)
+    assert con.execute("SELECT count(*) FROM events WHERE run_id = ?", [AFTER_RUN]).fetchone()[0] == 0
+    con.close()
+    assert at.session_state["run_id"] == BEFORE_RUN
+
+
+def test_every_page_with_an_empty_store(tmp_path, monkeypatch):
+    at = open_app(monkeypatch, tmp_path / "empty.duckdb")
+    assert "No run loaded yet" in texts(at)
+    for page in PAGES:
+        goto(at, page)
+    goto(at, "views/compare.py")
+    assert "at least two runs" in texts(at)
+
+
+def test_gpu_page_says_plainly_when_there_is_no_nvidia_gpu(tmp_path, monkeypatch):
+    from app.gpu_info import read_gpus
+
+    at = goto(open_app(monkeypatch, tmp_path / "empty.duckdb"), "views/gpus.py")
+    info = read_gpus()
+    if info["ok"]:
+        assert any(f"{len(info['gpus'])} GPU(s)" in m.value for m in at.markdown)
+    else:
+        assert "No NVIDIA GPU here" in texts(at) or "not installed" in texts(at)
+
+
+def _rank_trace(rank: int, world: int) -> bytes:
+    """A minimal valid rank file: one step, one kernel launched from the host."""
+    base = 1_000_000
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1,
+         "ts": base, "dur": 1000},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": base + 10, "dur": 5, "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": base + 20, "dur": 400 + 100 * rank,
+         "args": {"device": 0, "stream": 7, "correlation": 7}},
+    ]
+    return json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": world},
+                       "traceEvents": events}).encode()
+
+
+def test_upload_loads_good_files_and_names_the_broken_one(tmp_path, monkeypatch):
+    pytest.importorskip("analyzers.ingest")
+    at = goto(open_app(monkeypatch, tmp_path / "up.duckdb"), "views/load.py")
+    at.file_uploader[0].set_value([
+        ("job_rank0.json", _rank_trace(0, 2), "application/json"),
+        ("job_rank1.json.gz", gzip.compress(_rank_trace(1, 2)), "application/gzip"),
+        ("broken_rank2.json", b'{"traceEvents": [ {"ph": "X", ', "application/json"),
+    ])
+    at.run()
+    [b for b in at.button if b.label == "Analyse uploaded files"][0].click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Loaded run" in s.value and "2 file(s)" in s.value for s in at.success)
+    errors = [plain(e.value) for e in at.error]
+    assert any(e.startswith("**broken_rank2.json**: ") and "truncated" in e for e in errors), errors
+    run_id = at.session_state["run_id"]
+    con = connect(tmp_path / "up.duckdb")
+    assert con.execute("SELECT list(rank ORDER BY rank) FROM ranks WHERE run_id = ?", [run_id]).fetchone()[0] == [0, 1]
+    con.close()
+
+
+def test_a_typed_path_that_does_not_exist_is_reported(tmp_path, monkeypatch):
+    at = goto(open_app(monkeypatch, tmp_path / "p.duckdb"), "views/load.py")
+    path_input = [t for t in at.text_input if t.label == "File or directory path"][0]
+    path_input.input(str(tmp_path / "missing_dir"))
+    at.run()
+    [b for b in at.button if b.label == "Analyse this path"][0].click()
+    at.run()
+    assert any("no such file or directory" in e.value for e in at.error)
+
+
+def test_bundled_samples_load_on_start_and_once(tmp_path, monkeypatch):
+    pytest.importorskip("analyzers.ingest")
+    manifest = REPO_ROOT / "sample_traces" / "manifest.json"
+    entries = json.loads(manifest.read_text())
+    db = tmp_path / "samples.duckdb"
+    at = open_app(monkeypatch, db, samples=str(manifest))
+    con = connect(db)
+    names = sorted(r[0] for r in con.execute("SELECT name FROM runs").fetchall())
+    con.close()
+    assert names == sorted(e["name"] for e in entries)
+    assert at.session_state["run_id"] is not None
+    for page in PAGES:
+        goto(at, page)
+    at2 = open_app(monkeypatch, db, samples=str(manifest))   # a second session: nothing duplicated
+    assert not at2.exception
+    con = connect(db)
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == len(entries)
+    con.close()
+
+
+def test_report_page_lists_findings_and_review_marks(hand_built, monkeypatch):
+    pytest.importorskip("analyzers.report")
+    from analyzers.runs import set_mark
+
+    con = connect(hand_built)
+    set_mark(con, BEFORE_RUN, "launch_gap:r0:s7", "fixed", "CUDA graph <b>captured</b>")
+    con.close()
+    at = goto(open_app(monkeypatch, hand_built, run_id=BEFORE_RUN), "views/report.py")
+    frames = [f.value for f in at.dataframe]
+    assert list(frames[0]["kind"]) == ["GPU idle between kernel launches", "Communication not hidden behind compute"]
+    assert frames[1].to_dict("records") == [{"id": "launch_gap:r0:s7", "kind": "GPU idle between kernel launches",
+                                             "status": "fixed", "note": "CUDA graph <b>captured</b>"}]
+    markdown = at.code[-1].value
+    assert "## Review" in markdown and "CUDA graph \\<b\\>captured\\</b\\>" in markdown
+
+
+def test_review_section_escapes_notes_in_html():
+    from app import review
+
+    rows = review.review_rows([{"id": "a", "kind": "launch_gap"}, {"id": "b", "kind": "h2d_stall"}],
+                              {"b": {"status": "wont_fix", "note": "<script>x</script>"}})
+    assert rows == [{"id": "b", "kind": "Host-to-device copies stall the GPU", "status": "won't fix",
+                     "note": "<script>x</script>"}]
+    fragment = review.review_html(rows)
+    assert "&lt;script&gt;x&lt;/script&gt;" in fragment and "<script>" not in fragment
+    page = review.insert_before_body_end("<html><body><p>r</p></body></html>", fragment)
+    assert page.endswith(fragment + "</body></html>")
+    assert "No finding has been marked yet" in review.review_html([])

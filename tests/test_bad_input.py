@@ -1,0 +1,214 @@
+"""Bad input: every case yields a plain-words error naming the file, good files still load, and
+nothing partial is left in the store."""
+from __future__ import annotations
+
+import gzip
+import os
+
+import pytest
+
+from analyzers.ingest import Limits, ingest_paths
+from analyzers.store import connect
+from test_ingest_support import event, mixed_events, trace_text, write, write_tar_gz, write_zip
+
+
+@pytest.fixture()
+def con():
+    c = connect(":memory:")
+    yield c
+    c.close()
+
+
+@pytest.fixture()
+def good(tmp_path):
+    return write(tmp_path / "good" / "rank0.json", trace_text(mixed_events(), {"distributedInfo": {"rank": 0}}))
+
+
+def errors_by_file(res):
+    return {e.file: e.error for e in res.errors}
+
+
+def assert_plain(message: str):
+    assert message and "Traceback" not in message and "File \"" not in message
+    assert not message.startswith(("Invalid Input Error", "Conversion Error", "Exception"))
+
+
+def store_counts(con):
+    return tuple(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("runs", "ranks", "events"))
+
+
+BAD_DOCUMENTS = {
+    "empty.json": (b"", "empty"),
+    "blank.json": (b"   \n ", "whitespace"),
+    "notjson.json": (b"hello, world", "not JSON"),
+    "truncated.json": (trace_text(mixed_events())[:-200].encode(), "truncated"),
+    "truncated_head.json": (b'{"schemaVersion": 1, "traceEv', "truncated or malformed"),
+    "empty_list.json": (b"[]", "empty"),
+    "empty_object.json": (b"{}", "no 'traceEvents'"),
+    "numbers.json": (b"[1, 2, 3]", "none of its 3 events is usable"),
+    "events_five.json": (b'{"traceEvents": 5}', "'traceEvents' is a number, not a list"),
+    "events_string.json": (b'{"schemaVersion": 1, "traceEvents": "x"}', "'traceEvents' is a string"),
+    "no_events.json": (b'{"schemaVersion": 1, "traceEvents": []}', "empty"),
+    "all_unusable.json": (trace_text(['{"ph": "X"}', '{"name": "no ph", "ts": 5}', '"str"', "null"]).encode(),
+                          "none of its 4 events is usable"),
+    "garbage_inside.json": (trace_text([event(), "{\"ph\": \"X\", \"ts\": 1, oops}"]).encode(), "malformed"),
+    "latin1.json": (b'\xff\xfe{\x00"\x00', "not JSON"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_DOCUMENTS))
+def test_bad_document_is_an_error_and_good_file_still_loads(con, tmp_path, good, name):
+    data, expected = BAD_DOCUMENTS[name]
+    bad = write(tmp_path / "bad" / name, data)
+    res = ingest_paths(con, [good, bad])
+    errors = errors_by_file(res)
+    assert list(errors) == [name], res.errors
+    assert expected in errors[name]
+    assert_plain(errors[name])
+    assert res.run_id is not None and res.ranks == [0]
+    assert store_counts(con) == (1, 1, 17)
+
+
+def test_only_bad_files_leave_the_store_empty(con, tmp_path):
+    res = ingest_paths(con, [write(tmp_path / "a.json", b"{}"), write(tmp_path / "b.json", b"")])
+    assert res.run_id is None and len(res.errors) == 2
+    assert store_counts(con) == (0, 0, 0)
+
+
+def test_missing_path_and_empty_directory(con, tmp_path):
+    (tmp_path / "emptydir").mkdir()
+    res = ingest_paths(con, [tmp_path / "nope.json", tmp_path / "emptydir"])
+    errors = errors_by_file(res)
+    assert "no such file" in errors[str(tmp_path / "nope.json")]
+    assert "holds no .json" in errors[str(tmp_path / "emptydir")]
+    assert res.run_id is None
+
+
+def test_truncated_gzip(con, tmp_path, good):
+    data = gzip.compress(trace_text(mixed_events()).encode())
+    bad = write(tmp_path / "cut.json.gz", b"")
+    bad.write_bytes(data[: len(data) // 2])
+    res = ingest_paths(con, [good, bad])
+    assert "gzip data is truncated" in errors_by_file(res)["cut.json.gz"]
+    assert store_counts(con) == (1, 1, 17)
+
+
+def test_corrupt_gzip(con, tmp_path):
+    bad = tmp_path / "corrupt.json.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00" + os.urandom(200))
+    res = ingest_paths(con, [bad])
+    msg = errors_by_file(res)["corrupt.json.gz"]
+    assert "corrupt" in msg or "truncated" in msg
+    assert_plain(msg)
+
+
+def test_mistyped_and_missing_fields_are_dropped_and_counted(con, tmp_path):
+    events = [event(ts="10"), event(ts='"abc"'), event(ts=None), event(dur=None), event(dur="-1"),
+              event(ts="11", pid=[1], tid={"x": 1}), "5", "[1, 2]", event(ts="12", dur='"7"'),
+              event("X", "kernel", None, ts="13", args={"device": "zero", "stream": 3})]
+    res = ingest_paths(con, [write(tmp_path / "t.json", trace_text(events))])
+    assert res.errors == []
+    assert [w.file for w in res.warnings] == ["t.json"]
+    assert "dropped 6 of 10 events" in res.warnings[0].error
+    # kept: ts 10, ts 11 (odd pid/tid kept as text or NULL), "7" as a numeric string, and a
+    # mistyped args.device that falls back to the numeric pid
+    rows = con.execute("SELECT ts_ns, dur_ns, device, stream FROM events ORDER BY ts_ns").fetchall()
+    assert rows == [(10000, 2250, 0, 7), (11000, 2250, None, None), (12000, 7000, 0, 7), (13000, 2250, 0, 3)]
+    assert con.execute("SELECT n_events FROM ranks").fetchone() == (4,)
+    assert con.execute("SELECT count(*) FROM events WHERE kind = '__dropped__'").fetchone() == (0,)
+
+
+def test_duplicate_ranks_name_both_files(con, tmp_path):
+    a = write(tmp_path / "a.json", trace_text([event()], {"distributedInfo": {"rank": 1}}))
+    b = write(tmp_path / "b.json", trace_text([event(), event()], {"distributedInfo": {"rank": 1}}))
+    res = ingest_paths(con, [a, b])
+    msg = errors_by_file(res)["b.json"]
+    assert "duplicate rank 1" in msg and "a.json" in msg
+    assert res.ranks == [1] and store_counts(con) == (1, 1, 1)
+
+
+@pytest.mark.parametrize("member, expected", [
+    ("../evil.json", "leaves the archive"),
+    ("a/../../evil.json", "leaves the archive"),
+    ("/etc/evil.json", "absolute path"),
+    ("C:/evil.json", "absolute path"),
+    ("inner.zip", "nested archives"),
+    ("inner.tar.gz", "nested archives"),
+])
+def test_zip_members_refused(con, tmp_path, good, member, expected):
+    z = write_zip(tmp_path / "x.zip", {member: trace_text([event()]),
+                                       "ok/rank0.json": good.read_text()})
+    before = set(os.listdir(tmp_path))
+    res = ingest_paths(con, [z])
+    assert expected in errors_by_file(res)[f"x.zip:{member}"]
+    assert res.ranks == [0]
+    assert set(os.listdir(tmp_path)) == before and not (tmp_path.parent / "evil.json").exists()
+
+
+def test_zip_symlink_member_refused(con, tmp_path, good):
+    z = write_zip(tmp_path / "s.zip", {"rank0.json": good.read_text()}, symlinks={"rank1.json": "/etc/passwd"})
+    res = ingest_paths(con, [z])
+    assert "symbolic link" in errors_by_file(res)["s.zip:rank1.json"]
+    assert res.ranks == [0]
+
+
+def test_tar_links_and_escapes_refused(con, tmp_path, good):
+    t = write_tar_gz(tmp_path / "t.tar.gz", {"rank0.json": good.read_text(), "../up.json": "{}"},
+                     symlinks={"rank1.json": "/etc/passwd"})
+    res = ingest_paths(con, [t])
+    errors = errors_by_file(res)
+    assert "is a link" in errors["t.tar.gz:rank1.json"]
+    assert "leaves the archive" in errors["t.tar.gz:../up.json"]
+    assert res.ranks == [0]
+
+
+def test_not_a_zip(con, tmp_path):
+    bad = write(tmp_path / "fake.zip", b"PK\x03\x04 this is not really a zip")
+    msg = errors_by_file(ingest_paths(con, [bad]))["fake.zip"]
+    assert "zip" in msg
+    assert_plain(msg)
+
+
+def test_gzip_bomb_stopped_while_inflating(con, tmp_path, good):
+    # 64 MiB of spaces inside a valid trace compresses ~1000x; the ratio cap stops it early
+    text = trace_text([event()]).replace('"traceEvents"', " " * (64 << 20) + '"traceEvents"', 1)
+    bomb = write(tmp_path / "bomb.json.gz", text)
+    assert bomb.stat().st_size < 200_000
+    limits = Limits(ratio_floor=1 << 20, max_ratio=200)
+    res = ingest_paths(con, [good, bomb], limits=limits)
+    msg = errors_by_file(res)["bomb.json.gz"]
+    assert "decompression bomb" in msg and "200x" in msg
+    assert res.ranks == [0]
+
+
+def test_zip_bomb_member_stopped(con, tmp_path):
+    text = trace_text([event()]).replace('"traceEvents"', " " * (32 << 20) + '"traceEvents"', 1)
+    z = write_zip(tmp_path / "b.zip", {"rank0.json": text})
+    res = ingest_paths(con, [z], limits=Limits(ratio_floor=1 << 20))
+    assert "decompression bomb" in errors_by_file(res)["b.zip:rank0.json"]
+    assert res.run_id is None
+
+
+def test_total_size_cap(con, tmp_path, good):
+    # the streaming path for huge inputs, with a lowered cap instead of a multi-GB file
+    big = write(tmp_path / "big.json.gz", trace_text([event(ts=str(i)) for i in range(20000)]))
+    res = ingest_paths(con, [good, big], limits=Limits(max_total_bytes=256 << 10))
+    msg = errors_by_file(res)["big.json.gz"]
+    assert "more than 256 KiB in all" in msg
+    assert res.ranks == [0]
+
+
+def test_unknown_schema_version_loads_with_warning(con, tmp_path):
+    res = ingest_paths(con, [write(tmp_path / "v9.json", trace_text([event()], {"schemaVersion": 9}))])
+    assert res.errors == [] and res.run_id
+    assert "unknown schemaVersion 9" in res.warnings[0].error
+    assert con.execute("SELECT schema_version FROM ranks").fetchone() == ("9",)
+
+
+def test_huge_metadata_value_refused(con, tmp_path, monkeypatch):
+    from analyzers.ingest import layout
+    monkeypatch.setattr(layout, "MAX_META_BYTES", 1 << 16)
+    monkeypatch.setattr(layout, "HEAD_WINDOW", 1 << 12)
+    text = trace_text([event()], {"schemaVersion": 1, "blob": "x" * (1 << 18)})
+    res = ingest_paths(con, [write(tmp_path / "blob.json", text)])
+    assert "larger than" in errors_by_file(res)["blob.json"]

@@ -1,0 +1,135 @@
+"""The CLI is a contract other tools read: exit codes, run ids, the JSON report shape."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+T0_US = 1_700_000_000_000_000  # epoch-scale microseconds, as Kineto writes them
+
+
+def _trace(rank: int, world_size: int, kernel_us: float, gap_us: float, steps: int = 3) -> dict:
+    """A small new-schema trace: per step a ProfilerStep, launches and kernels with fixed gaps."""
+    events, corr, t = [], 1000 * (rank + 1), float(T0_US)
+    for step in range(steps):
+        step_start = t
+        for _ in range(4):
+            corr += 1
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 10,
+                           "ts": t, "dur": 5.0, "args": {"correlation": corr, "External id": corr}})
+            events.append({"ph": "X", "cat": "kernel", "name": "void gemm_kernel<float>()", "pid": 0, "tid": 7,
+                           "ts": t + 10.0, "dur": kernel_us,
+                           "args": {"device": 0, "stream": 7, "correlation": corr, "External id": corr}})
+            t += 10.0 + kernel_us + gap_us
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 10, "tid": 10,
+                       "ts": step_start, "dur": t - step_start, "args": {}})
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}], "traceEvents": events}
+
+
+def run_cli(*args: str, db: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "analyzers", *args, "--db", str(db)],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+
+
+@pytest.fixture()
+def job(tmp_path: Path) -> Path:
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    for rank in range(2):
+        with gzip.open(job_dir / f"rank-{rank}.json.gz", "wt") as f:
+            json.dump(_trace(rank, 2, kernel_us=100.0, gap_us=20.0), f)
+    return job_dir
+
+
+def test_ingest_prints_run_id_and_recognises_the_same_files(job, tmp_path):
+    db = tmp_path / "store.duckdb"
+    first = run_cli("ingest", str(job), db=db)
+    assert first.returncode == 0, first.stderr
+    run_id = first.stdout.strip()
+    assert run_id and "\n" not in run_id
+    second = run_cli("ingest", str(job), "--name", "again", db=db)
+    assert second.returncode == 0 and second.stdout.strip() == run_id
+    listed = json.loads(run_cli("runs", "--format", "json", db=db).stdout)
+    assert [r["run_id"] for r in listed] == [run_id]
+    assert listed[0]["ranks"] == [0, 1] and listed[0]["world_size"] == 2
+
+
+def test_analyze_json_follows_the_contract(job, tmp_path):
+    db = tmp_path / "store.duckdb"
+    proc = run_cli("analyze", str(job), "--format", "json", db=db)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert set(report) >= {"run", "errors", "ranks", "findings"}
+    assert set(report["run"]) >= {"run_id", "name", "world_size", "ranks", "files"}
+    assert report["run"]["ranks"] == [0, 1] and report["run"]["world_size"] == 2
+    assert report["errors"] == []
+    rank_keys = {"rank", "steps", "step_time_ms", "idle_pct", "compute_pct", "non_compute_pct",
+                 "comm_time_ms", "comm_overlap_pct", "h2d_time_ms"}
+    for row in report["ranks"]:
+        assert set(row) >= rank_keys
+        assert row["steps"] == 3
+        # per step: 4 x (10 µs launch lead + 100 µs kernel + 20 µs gap) = 520 µs
+        assert row["step_time_ms"] == pytest.approx(0.52, rel=1e-6)
+        # GPU span = first kernel start to last kernel end; idle = the gaps between kernels
+        span_us = 3 * 520 - 30
+        assert row["idle_pct"] == pytest.approx(100 * (span_us - 12 * 100) / span_us, abs=0.01)
+        assert row["compute_pct"] == pytest.approx(100 * 1200 / span_us, abs=0.01)
+    finding_keys = {"id", "kind", "severity", "rank", "step", "stream", "start_us", "end_us",
+                    "cost_ms_per_step", "cost_pct", "summary", "metrics", "fixes"}
+    for finding in report["findings"]:
+        assert set(finding) >= finding_keys
+
+
+def test_analyze_reuses_a_stored_run_by_id_and_renders_md_and_html(job, tmp_path):
+    db = tmp_path / "store.duckdb"
+    run_id = run_cli("ingest", str(job), db=db).stdout.strip()
+    md = run_cli("analyze", run_id[:8], "--format", "md", db=db)
+    assert md.returncode == 0, md.stderr
+    assert "rank" in md.stdout.lower()
+    out = tmp_path / "report.html"
+    html = run_cli("analyze", run_id, "--format", "html", "--out", str(out), db=db)
+    assert html.returncode == 0 and out.read_text().lstrip().lower().startswith("<!doctype html")
+
+
+def test_nothing_loadable_exits_2_with_errors_naming_files(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text("{not json")
+    proc = run_cli("analyze", str(bad), "--format", "json", db=tmp_path / "s.duckdb")
+    assert proc.returncode == 2
+    report = json.loads(proc.stdout)
+    assert report["run"] is None and report["errors"][0]["file"].endswith("broken.json")
+    assert "Traceback" not in proc.stderr
+    assert run_cli("ingest", str(bad), db=tmp_path / "s.duckdb").returncode == 2
+
+
+def test_fail_on_trips_exit_1_only_above_threshold(tmp_path):
+    # CPU launch-bound: each launch is issued 300 µs after the GPU went idle, 4 times a step
+    path = tmp_path / "launch_bound.json"
+    path.write_text(json.dumps(_trace(0, 1, kernel_us=50.0, gap_us=300.0)))
+    db = tmp_path / "store.duckdb"
+    report = json.loads(run_cli("analyze", str(path), db=db).stdout)
+    launch_gaps = [f for f in report["findings"] if f["kind"] == "launch_gap"]
+    assert launch_gaps, report["findings"]
+    worst = launch_gaps[0]
+    assert worst["cost_pct"] > 50
+    assert run_cli("analyze", str(path), "--fail-on", "no_such_kind", db=db).returncode == 0
+    assert run_cli("analyze", str(path), "--fail-on", "any:100.1", db=db).returncode == 0
+    tripped = run_cli("analyze", str(path), "--fail-on", f"launch_gap:{worst['cost_pct'] - 0.01}", db=db)
+    assert tripped.returncode == 1 and worst["id"] in tripped.stderr
+    assert run_cli("analyze", str(path), "--fail-on", "x:notanumber", db=db).returncode == 2
+
+
+def test_delete_removes_the_run(job, tmp_path):
+    db = tmp_path / "store.duckdb"
+    run_id = run_cli("ingest", str(job), db=db).stdout.strip()
+    assert run_cli("delete", run_id, db=db).returncode == 0
+    assert json.loads(run_cli("runs", "--format", "json", db=db).stdout) == []
+    assert run_cli("delete", run_id, db=db).returncode == 2

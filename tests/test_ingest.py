@@ -1,0 +1,254 @@
+"""analyzers.ingest on small traces written by the tests: exact values, ranks, reuse, rollback."""
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+
+from analyzers.ingest import Limits, ingest_paths
+from analyzers.ingest import core as ingest_core
+from analyzers.ingest import parse as ingest_parse
+from analyzers.ingest.layout import scan_layout
+from analyzers.store import connect
+from test_ingest_support import (EPOCH_TS, EPOCH_TS_NS, EXPECTED_MIXED_KINDS, event, mixed_events,
+                                 old_schema_events, trace_text, write, write_tar_gz, write_zip)
+
+
+@pytest.fixture()
+def con():
+    c = connect(":memory:")
+    yield c
+    c.close()
+
+
+def kinds(con, run_id):
+    return dict(con.execute("SELECT kind, count(*) FROM events WHERE run_id = ? GROUP BY kind", [run_id]).fetchall())
+
+
+def one(con, sql, *params):
+    return con.execute(sql, list(params)).fetchone()
+
+
+def test_new_schema_kinds_and_fields(con, tmp_path):
+    path = write(tmp_path / "job" / "rank0.json", trace_text(
+        mixed_events(), {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 4, "backend": "nccl"},
+                         "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}], "baseTimeNanoseconds": 17e17},
+        meta_after={"traceName": "t.json", "displayTimeUnit": "ms"}))
+    res = ingest_paths(con, [path])
+    assert res.errors == [] and res.warnings == []
+    assert kinds(con, res.run_id) == EXPECTED_MIXED_KINDS
+    kernel = one(con, "SELECT ts_ns, dur_ns, device, stream, correlation, external_id, pid, tid, cat, ph "
+                      "FROM events WHERE kind = 'kernel'")
+    assert kernel == (1010125, 20500, 0, 7, 77, 2, "0", "7", "kernel", "X")
+    # device/stream from pid and the "stream N" tid when args lack them; bytes kept
+    assert one(con, "SELECT device, stream, bytes, correlation FROM events WHERE kind = 'memcpy'") == (0, 20, 4096, 78)
+    assert one(con, "SELECT device, stream, bytes FROM events WHERE kind = 'memset'") == (1, 9, 128)
+    # flows carry their id as correlation; instants have dur 0; metadata has no ts
+    assert sorted(con.execute("SELECT ph, correlation, dur_ns FROM events WHERE kind = 'flow'").fetchall()) == \
+        [("f", 77, None), ("s", 77, None)]
+    assert one(con, "SELECT dur_ns FROM events WHERE kind = 'instant'") == (0,)
+    assert one(con, "SELECT ts_ns FROM events WHERE kind = 'metadata'") == (None,)
+    assert one(con, "SELECT pid, tid FROM events WHERE kind = 'trace'") == ("Spans", "PyTorch Profiler")
+    # args kept verbatim and queryable
+    assert one(con, "SELECT args->>'cuda_sync_kind' FROM events WHERE kind = 'cuda_sync'") == ("Stream Sync",)
+    rank = one(con, "SELECT rank, file_name, schema_version, device_name, base_time_ns, n_events, "
+                    "distributed_info->>'backend', trace_meta->>'traceName', json_array_length(device_properties) "
+                    "FROM ranks WHERE run_id = ?", res.run_id)
+    assert rank == (0, "rank0.json", "1", "NVIDIA H100", 1700000000000000000, 17, "nccl", "t.json", 1)
+    run = one(con, "SELECT name, world_size, length(sha256) FROM runs WHERE run_id = ?", res.run_id)
+    assert run == ("rank0", 4, 64)
+    assert len(res.run_id) == 12 and res.ranks == [0]
+
+
+def test_old_schema_is_normalised(con, tmp_path):
+    path = write(tmp_path / "resnet.json.gz", trace_text(old_schema_events()))
+    res = ingest_paths(con, path)
+    assert res.errors == []
+    assert kinds(con, res.run_id) == {"cpu_op": 1, "runtime": 1, "kernel": 1, "memcpy": 1, "memset": 1, "flow": 2}
+    assert con.execute("SELECT kind, external_id FROM events WHERE external_id IS NOT NULL ORDER BY kind").fetchall() == \
+        [("cpu_op", 11), ("kernel", 11), ("memcpy", 12), ("runtime", 11)]
+    assert one(con, "SELECT ts_ns, device, stream, bytes FROM events WHERE kind = 'memcpy'") == \
+        (1610366662254430000, 0, 7, 602112)
+    assert one(con, "SELECT name FROM events WHERE kind = 'cpu_op'") == ("ProfilerStep#3",)
+    assert one(con, "SELECT name, world_size FROM runs") == ("resnet", 1)
+
+
+def test_rocm_runtime_kind_comes_from_cat(con, tmp_path):
+    path = write(tmp_path / "rocm.json", trace_text([
+        event("X", "cuda_runtime", "hipLaunchKernel", pid=3, tid=3, ts="5", dur="1", args={"correlation": 9}),
+        event("X", "kernel", "Cijk_Ailk", pid=2, tid=1, ts="6", dur="2", args={"device": 2, "stream": 1, "correlation": 9}),
+    ]))
+    res = ingest_paths(con, [path])
+    assert kinds(con, res.run_id) == {"runtime": 1, "kernel": 1}
+    assert one(con, "SELECT device FROM events WHERE kind = 'kernel'") == (2,)
+
+
+@pytest.mark.parametrize("force_float_first", [False, True])
+def test_epoch_timestamps_are_exact(con, tmp_path, monkeypatch, force_float_first):
+    # float64 holds 1712195495519695.812 as ...695.75; the stored value must keep the 812 ns.
+    if force_float_first:   # the large-file route: float parse, detect fractions, redo from text
+        monkeypatch.setattr(ingest_parse, "SMALL_BODY", 0)
+    events = [event(ts=EPOCH_TS, dur="3.001"),
+              event(ts="1712195495519696.999", dur="0.5"),
+              event(ts="1712195495519697", dur="1")]
+    res = ingest_paths(con, [write(tmp_path / "t.json", trace_text(events))])
+    assert res.errors == []
+    assert con.execute("SELECT ts_ns, dur_ns FROM events ORDER BY ts_ns").fetchall() == [
+        (EPOCH_TS_NS, 3001), (1712195495519696999, 500), (1712195495519697000, 1000)]
+
+
+def test_relative_timestamps_exact_on_float_path(con, tmp_path, monkeypatch):
+    monkeypatch.setattr(ingest_parse, "SMALL_BODY", 0)
+    # values from nccl_allreduce_with_sizes where ts * 1000 in float64 rounds the wrong way
+    events = [event(ts="4458676522690.655"), event(ts="4458676522709.059"), event(ts="-2.5", dur="0")]
+    res = ingest_paths(con, [write(tmp_path / "t.json", trace_text(events))])
+    assert sorted(r[0] for r in con.execute("SELECT ts_ns FROM events").fetchall()) == \
+        [-2500, 4458676522690655, 4458676522709059]
+    assert res.errors == []
+
+
+@pytest.mark.parametrize("layout", ["events_last", "events_first", "meta_lists_after"])
+def test_metadata_found_wherever_trace_events_sits(con, tmp_path, layout):
+    meta = {"schemaVersion": 1, "distributedInfo": {"rank": 2, "world_size": 3}, "traceName": "x [a] {b}"}
+    after = None
+    if layout == "meta_lists_after":   # lists of objects after the events must not be mistaken for them
+        after = {"deviceProperties": [{"id": 0, "name": "GPU ]} weird"}], "INFO": ["a]", "b"], "empty": []}
+    text = trace_text(mixed_events(), meta, events_first=(layout == "events_first"), meta_after=after)
+    path = write(tmp_path / "x.json", text)
+    lay = scan_layout(path)
+    assert lay.meta["distributedInfo"] == {"rank": 2, "world_size": 3}
+    assert json.loads("[" + path.read_bytes()[lay.events_start + 1:lay.events_end].decode() + "]")[0]["name"] == \
+        "ProfilerStep#7"
+    res = ingest_paths(con, [path])
+    assert res.errors == [] and res.ranks == [2]
+    assert one(con, "SELECT count(*) FROM events") == (17,)
+    if after:
+        assert one(con, "SELECT device_name FROM ranks") == ("GPU ]} weird",)
+
+
+def test_bom_and_non_ascii_metadata(con, tmp_path):
+    text = trace_text([event(name="kernel µ")], {"schemaVersion": 1, "légende": "café"},
+                      meta_after={"nœud": ["ü"]})
+    res = ingest_paths(con, [write(tmp_path / "bom.json", b"\xef\xbb\xbf" + text.encode("utf-8"))])
+    assert res.errors == []
+    assert one(con, "SELECT trace_meta->>'légende', trace_meta->'nœud'->>0 FROM ranks") == ("café", "ü")
+    assert one(con, "SELECT name FROM events") == ("kernel µ",)
+
+
+def test_bare_event_array_is_accepted(con, tmp_path):
+    path = write(tmp_path / "chrome.json", "[" + ",".join(mixed_events()[:3]) + "]")
+    res = ingest_paths(con, [path])
+    assert res.errors == [] and one(con, "SELECT count(*) FROM events") == (3,)
+
+
+def test_ranks_from_distributed_info_names_and_order(con, tmp_path):
+    d = tmp_path / "job"
+    write(d / "a.json", trace_text([event()], {"distributedInfo": {"rank": 5, "world_size": 8}}))
+    write(d / "trace_rank-3.json.gz", trace_text([event(), event()]))
+    write(d / "worker_1.pt.trace.json", trace_text([event()] * 3))
+    write(d / "zzz.json", trace_text([event()] * 4))   # no rank anywhere: first free number
+    write(d / "notes.txt", "not a trace")               # ignored by the directory walk
+    res = ingest_paths(con, [d])
+    assert res.errors == []
+    assert res.ranks == [0, 1, 3, 5]
+    assert con.execute("SELECT rank, file_name, n_events FROM ranks ORDER BY rank").fetchall() == [
+        (0, "zzz.json", 4), (1, "worker_1.pt.trace.json", 3), (3, "trace_rank-3.json", 2), (5, "a.json", 1)]
+    assert one(con, "SELECT name, world_size FROM runs") == ("job", 8)
+
+
+def test_lone_file_trailing_number_is_not_a_rank(con, tmp_path):
+    res = ingest_paths(con, [write(tmp_path / "resnet50_num_workers_4.json", trace_text([event()]))])
+    assert res.ranks == [0]
+
+
+def test_same_content_is_reused_not_duplicated(con, tmp_path):
+    a = write(tmp_path / "rank0.json", trace_text(mixed_events(), {"distributedInfo": {"rank": 0}}))
+    b = write(tmp_path / "rank1.json", trace_text(mixed_events()[:5], {"distributedInfo": {"rank": 1}}))
+    first = ingest_paths(con, [a, b], name="baseline")
+    # the same bytes, gzipped and zipped, in another order: same content, same run
+    z = write_zip(tmp_path / "again.zip", {"r1.json": b.read_text(), "r0.json": a.read_text()})
+    second = ingest_paths(con, [z])
+    assert first.reused is False and second.reused is True
+    assert second.run_id == first.run_id and second.ranks == [0, 1]
+    assert one(con, "SELECT count(*) FROM runs") == (1,)
+    assert one(con, "SELECT count(*) FROM events") == (22,)
+    assert one(con, "SELECT name FROM runs") == ("baseline",)
+    other = ingest_paths(con, [a])
+    assert other.run_id != first.run_id and other.reused is False
+
+
+def test_archives_and_gzip_members(con, tmp_path):
+    t0 = trace_text([event()], {"distributedInfo": {"rank": 0}})
+    t1 = trace_text([event(), event()], {"distributedInfo": {"rank": 1}})
+    import gzip
+    z = write_zip(tmp_path / "run.zip", {"dir/rank0.json": t0, "dir/rank1.json.gz": gzip.compress(t1.encode()),
+                                         "README.md": "hello"})
+    res = ingest_paths(con, [z])
+    assert res.errors == [] and res.ranks == [0, 1]
+    assert res.files == ["run.zip:dir/rank0.json", "run.zip:dir/rank1.json.gz"]
+    assert con.execute("SELECT file_name, n_events FROM ranks ORDER BY rank").fetchall() == \
+        [("rank0.json", 1), ("rank1.json", 2)]
+    tgz = write_tar_gz(tmp_path / "run.tar.gz", {"a/rank0.json": t0, "a/rank1.json": t1})
+    res2 = ingest_paths(con, [tgz])
+    assert res2.reused and res2.run_id == res.run_id
+
+
+@pytest.mark.parametrize("bad_cut", [False, True])
+def test_many_parts_give_the_same_rows(con, tmp_path, monkeypatch, bad_cut):
+    # nested lists of objects in args put "}, {" inside events: the cutter must skip them, and a
+    # cut that still lands inside an event must be healed by re-reading the file as one range
+    events = [event(ts=str(1000 + i), args={"External id": i, "Input Dims": [[1, 2]],
+                                            "nested": [{"a": i}, {"b": [{}, {}]}]}) for i in range(3000)]
+    path = write(tmp_path / "big.json", trace_text(events))
+    if bad_cut:
+        from analyzers.ingest import layout
+        monkeypatch.setattr(layout, "_next_event_start",
+                            lambda mm, lo, hi: mm.find(b'{"a"', lo, hi) if mm.find(b'{"a"', lo, hi) >= 0 else None)
+    calls = []
+    real_write_parts = ingest_core.write_parts
+    monkeypatch.setattr(ingest_core, "write_parts",
+                        lambda path, lay, tmpdir, n: calls.append(n) or real_write_parts(path, lay, tmpdir, n))
+    res = ingest_paths(con, [path], limits=Limits(part_bytes=4096))
+    assert calls[0] > 100            # really cut into many ranges
+    assert res.errors == []
+    got = con.execute("SELECT count(*), sum(external_id), min(ts_ns), max(ts_ns) FROM events").fetchone()
+    assert got == (3000, sum(range(3000)), 1_000_000, 3_999_000)
+
+
+def test_progress_reports_stages(con, tmp_path):
+    seen = []
+    path = write(tmp_path / "p.json", trace_text([event()]))
+    ingest_paths(con, [path], progress=lambda stage, f, frac: seen.append((stage, frac)))
+    stages = [s for s, _ in seen]
+    assert stages.index("reading") < stages.index("parsing") < stages.index("writing")
+    assert seen[-1] == ("writing", 1.0)
+    assert all(0.0 <= frac <= 1.0 for _, frac in seen)
+
+
+def test_failed_write_leaves_nothing(con, tmp_path, monkeypatch):
+    a = write(tmp_path / "rank0.json", trace_text(mixed_events(), {"distributedInfo": {"rank": 0}}))
+    b = write(tmp_path / "rank1.json", trace_text(mixed_events(), {"distributedInfo": {"rank": 1}}))
+
+    def explode(metas):   # called after both ranks' events and ranks rows are written
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(ingest_core, "world_size", explode)
+    with pytest.raises(RuntimeError):
+        ingest_paths(con, [a, b])
+    for table in ("runs", "ranks", "events"):
+        assert one(con, f"SELECT count(*) FROM {table}") == (0,)
+    monkeypatch.undo()
+    res = ingest_paths(con, [a, b])   # the connection is usable and the run loads afterwards
+    assert res.reused is False and one(con, "SELECT count(*) FROM events") == (34,)
+
+
+def test_file_backed_store_and_memory_setting_untouched(tmp_path):
+    store = connect(tmp_path / "td.duckdb")
+    store.execute("SET memory_limit = '3GB'")
+    before = store.execute("SELECT current_setting('memory_limit')").fetchone()
+    res = ingest_paths(store, [write(tmp_path / "x.json.gz", trace_text(mixed_events()))])
+    assert store.execute("SELECT current_setting('memory_limit')").fetchone() == before
+    store.close()
+    again = duckdb.connect(str(tmp_path / "td.duckdb"))
+    assert again.execute("SELECT count(*) FROM events WHERE run_id = ?", [res.run_id]).fetchone() == (17,)

@@ -1,0 +1,160 @@
+"""GPU idle gaps split by cause (launch_gap.sql) and the launch_gap / host_sync /
+dataloader_stall / h2d_stall findings built on them, on a hand-written trace whose every gap has
+a known cause, then on the real traces."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analyzers.findings import analyze_run, run_analyses
+from analyzers.metrics import rank_breakdown_rows
+from analyzers.sqlrun import ensure_loaded
+from analyzers.store import connect
+
+US = 1000  # ns per microsecond
+COLS = ("run_id", "rank", "kind", "cat", "ph", "name", "ts_ns", "dur_ns", "device", "stream", "correlation",
+        "external_id", "bytes", "args")
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def ev(kind, name, start_us, end_us, **kw):
+    row = {"run_id": "syn", "rank": 0, "kind": kind, "cat": kind, "ph": "X", "name": name,
+           "ts_ns": start_us * US, "dur_ns": (end_us - start_us) * US, "args": "{}"}
+    row.update(kw)
+    return row
+
+
+def launch(corr, call_start, call_end, gpu_start, gpu_end, name="gemm_kernel", call="cudaLaunchKernel",
+           kind="kernel", **kw):
+    return [ev("runtime", call, call_start, call_end, correlation=corr),
+            ev(kind, name, gpu_start, gpu_end, device=0, stream=7, correlation=corr, **kw)]
+
+
+def synthetic_events():
+    """Two 10 ms steps. Gaps (µs) and their planted causes:
+    1000-4010 dataloader, 5000-5010 launch-bound (launch issued at the kernel's end), 6000-6110
+    host sync, 7000-7210 launch-bound, 8000-8050 queued work (gpu_wait), 9000-9400 CPU inside a
+    pageable HtoD copy call, 9600-10010 launch-bound."""
+    rows = [ev("user_annotation", "ProfilerStep#1", 0, 10000), ev("user_annotation", "ProfilerStep#2", 10000, 20000)]
+    rows += launch(1, 10, 15, 20, 1000)
+    rows += [ev("cpu_op", LOADER, 1000, 4000)]
+    rows += launch(2, 4000, 4005, 4010, 5000)
+    rows += launch(3, 5000, 5005, 5010, 6000)
+    rows += [ev("runtime", "cudaStreamSynchronize", 5006, 6003, external_id=77),
+             ev("cpu_op", "aten::item", 5006, 6004, external_id=77)]
+    rows += launch(4, 6100, 6105, 6110, 7000)
+    rows += launch(5, 7200, 7205, 7210, 8000, name="vectorized_elementwise_kernel")
+    rows += launch(6, 7300, 7305, 8050, 9000)
+    rows += launch(7, 9000, 9500, 9400, 9600, name="Memcpy HtoD (Pageable -> Device)", call="cudaMemcpyAsync",
+                   kind="memcpy", bytes=2_000_000)
+    rows += launch(8, 10000, 10005, 10010, 19990)
+    return rows
+
+
+@pytest.fixture()
+def syn():
+    con = ensure_loaded(connect(":memory:"))
+    con.execute("INSERT INTO runs (run_id, name, created_at, sha256, world_size) VALUES ('syn', 'syn', now(), 'x', 1)")
+    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_sha256) VALUES ('syn', 0, 'syn.json', 'x')")
+    rows = synthetic_events()
+    con.executemany(f"INSERT INTO events ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))})",
+                    [[r.get(c) for c in COLS] for r in rows])
+    yield con
+    con.close()
+
+
+def test_every_gap_gets_its_planted_cause(syn):
+    got = syn.execute("SELECT start_ns // 1000, end_ns // 1000, cause, step FROM gpu_idle_gaps('syn', 0.5) "
+                      "ORDER BY start_ns").fetchall()
+    assert got == [(1000, 4010, "dataloader", 1), (5000, 5010, "launch_bound", 1), (6000, 6110, "host_sync", 1), (7000, 7210, "launch_bound", 1),
+                   (8000, 8050, "gpu_wait", 1), (9000, 9400, "h2d_copy", 1), (9600, 10010, "launch_bound", 1)]
+    # the gaps tile the idle time of the temporal breakdown: nothing lost, nothing counted twice
+    idle = rank_breakdown_rows(syn, "syn")[0]["idle_ns"]
+    assert idle == (3010 + 10 + 110 + 210 + 50 + 400 + 410) * US
+
+
+def test_findings_cost_each_cause_once(syn):
+    findings, notes = run_analyses(syn, "syn", {"MIN_FINDING_PCT": 0.0})
+    by_kind = {f.kind: f for f in findings}
+    assert set(by_kind) == {"dataloader_stall", "host_sync", "launch_gap", "h2d_stall"}
+    # per step = total / 2 steps; % of the 10 ms mean step
+    assert by_kind["dataloader_stall"].cost_ns == 3010 * US // 2
+    assert by_kind["dataloader_stall"].cost_pct == pytest.approx(15.05)
+    assert by_kind["dataloader_stall"].severity == "medium"
+    assert by_kind["dataloader_stall"].metrics["num_workers"] == 0
+    assert by_kind["host_sync"].cost_ns == 110 * US // 2
+    assert by_kind["host_sync"].metrics["top_callers"][0]["op"] == "aten::item"
+    assert by_kind["launch_gap"].cost_ns == (10 + 210 + 410) * US // 2
+    # h2d: the 200 µs copy nothing overlaps + the 400 µs the GPU idled while the CPU staged it
+    h2d = by_kind["h2d_stall"]
+    assert h2d.cost_ns == (200 + 400) * US // 2
+    assert h2d.metrics["pageable_share"] == 1.0
+    assert h2d.metrics["achieved_gbps"] == pytest.approx(10.0)   # 2 MB in 200 µs
+    assert h2d.metrics["h2d_overlap_pct"] == 0.0
+    assert [f.cost_ns for f in findings] == sorted((f.cost_ns for f in findings), reverse=True)
+    assert notes == []
+
+
+def test_threshold_suppresses_small_findings_and_table_is_replaced(syn):
+    first = analyze_run(syn, "syn", {"MIN_FINDING_PCT": 0.0})
+    assert syn.execute("SELECT count(*) FROM findings WHERE run_id = 'syn'").fetchone()[0] == len(first) == 4
+    default = analyze_run(syn, "syn")       # 5% of step: only the 15% data-loader stall stays
+    assert [f.kind for f in default] == ["dataloader_stall"]
+    stored = syn.execute("SELECT finding_id, kind, cost_ns, metrics FROM findings WHERE run_id = 'syn'").fetchall()
+    assert [(r[0], r[1], r[2]) for r in stored] == [("dataloader_stall:r0", "dataloader_stall", 1505 * US)]
+    assert json.loads(stored[0][3])["wait_ms_per_step"] == pytest.approx(1.5)
+
+
+def test_unknown_threshold_is_rejected(syn):
+    with pytest.raises(ValueError, match="NO_SUCH"):
+        analyze_run(syn, "syn", {"NO_SUCH": 1})
+
+
+def test_launch_stats_follow_hta_definition(syn):
+    row = syn.execute("SELECT * FROM launch_stats('syn', 100000, 50000, 10000)").fetchone()
+    cols = [d[0] for d in syn.description]
+    stats = dict(zip(cols, row))
+    assert stats["launches"] == 8
+    # delay = GPU start - end of the launch call, floored at 0: 5,5,5,5,5,745,0 (copy starts
+    # before its call returns),5 µs
+    assert stats["mean_launch_delay_ns"] == pytest.approx((5 * 6 + 745) * US / 8)
+    assert stats["delay_outliers"] == 1            # the 745 µs one
+    assert stats["runtime_outliers"] == 1          # the 500 µs copy call
+    assert stats["short_kernel_share"] == 0.0      # every kernel outlasts its 5 µs launch
+
+
+# --- real traces ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def real(shared_traces):
+    from analyzers.ingest import ingest_paths
+    con = connect(":memory:")
+    out = {}
+    for name in ("alexnet_single_gpu", "triton_single_kernel", "cpu_only_rank34", "no_distributed_info_cpu_ops",
+                 "rocm_mi250_minitoy"):
+        res = ingest_paths(con, [shared_traces / f"{name}.json.gz"], name=name)
+        out[name] = run_analyses(con, res.run_id, {"MIN_FINDING_PCT": 0.0})
+    yield out
+    con.close()
+
+
+def test_alexnet_host_syncs_are_found(real):
+    findings, _ = real["alexnet_single_gpu"]
+    sync = next(f for f in findings if f.kind == "host_sync")
+    # 21 blocking calls (16 cudaStreamSynchronize + 5 cudaDeviceSynchronize), no ProfilerStep:
+    # the whole trace is one step; the GPU idles 23.6 ms after them
+    assert sync.metrics["syncs_per_step"] == 21
+    assert sync.cost_ns / 1e6 == pytest.approx(23.58, abs=0.05)
+
+
+@pytest.mark.parametrize("name", ["cpu_only_rank34", "no_distributed_info_cpu_ops"])
+def test_cpu_only_traces_say_so_and_find_nothing_gpu(real, name):
+    findings, notes = real[name]
+    assert findings == []
+    assert any("no GPU activity" in n for n in notes)
+
+
+def test_single_kernel_trace_has_no_idle(real):
+    findings, _ = real["triton_single_kernel"]
+    assert findings == []

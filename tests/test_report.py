@@ -1,0 +1,87 @@
+"""build_report follows the CLI JSON contract; Markdown and HTML renderings are complete and
+escape every trace-derived string."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analyzers.findings import analyze_run
+from analyzers.model import FileError
+from analyzers.report import build_report, render_html, render_markdown
+from analyzers.store import connect
+
+from test_launch_gap import COLS, synthetic_events
+
+EVIL = '<script>alert("x")</script>|**bold**'
+RUN_KEYS = {"run_id", "name", "world_size", "ranks", "files"}
+RANK_KEYS = {"rank", "steps", "step_time_ms", "idle_pct", "compute_pct", "non_compute_pct", "comm_time_ms",
+             "comm_overlap_pct", "h2d_time_ms"}
+FINDING_KEYS = {"id", "kind", "severity", "rank", "step", "stream", "start_us", "end_us", "cost_ms_per_step",
+                "cost_pct", "summary", "metrics", "fixes"}
+
+
+@pytest.fixture()
+def report():
+    con = connect(":memory:")
+    con.execute("INSERT INTO runs (run_id, name, created_at, sha256, world_size) VALUES ('syn', ?, now(), 'x', 1)",
+                [EVIL])
+    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_sha256) VALUES ('syn', 0, ?, 'x')", [EVIL + ".json"])
+    rows = synthetic_events()
+    for r in rows:        # a hostile kernel name must come out escaped wherever it shows up
+        if r["kind"] == "kernel" and r["name"] == "vectorized_elementwise_kernel":
+            r["name"] = EVIL
+    con.executemany(f"INSERT INTO events ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))})",
+                    [[r.get(c) for c in COLS] for r in rows])
+    findings = analyze_run(con, "syn", {"MIN_FINDING_PCT": 0.0})
+    rep = build_report(con, "syn", errors=[FileError(EVIL, "not JSON: " + EVIL)])
+    con.close()
+    return rep, findings
+
+
+def test_report_follows_the_contract(report):
+    rep, findings = report
+    assert set(rep) == {"run", "errors", "ranks", "findings", "notes"}
+    assert set(rep["run"]) == RUN_KEYS
+    assert rep["run"]["ranks"] == [0] and rep["run"]["files"] == [EVIL + ".json"]
+    assert rep["errors"] == [{"file": EVIL, "error": "not JSON: " + EVIL}]
+    assert [set(r) for r in rep["ranks"]] == [RANK_KEYS]
+    assert rep["ranks"][0]["steps"] == 2 and rep["ranks"][0]["step_time_ms"] == pytest.approx(10.0)
+    assert all(set(f) == FINDING_KEYS for f in rep["findings"])
+    assert [f["id"] for f in rep["findings"]] == [f.finding_id for f in findings]
+    assert rep["findings"][0] == findings[0].to_contract()
+    assert rep["findings"][0]["cost_ms_per_step"] == pytest.approx(1.505)
+    json.dumps(rep)   # plain JSON all the way down
+
+
+def test_markdown_reads_well_and_keeps_tables_intact(report):
+    rep, _ = report
+    md = render_markdown(rep)
+    assert "## Top findings" in md and "## Per-rank figures" in md
+    assert "| 1 | medium | dataloader_stall | rank 0, step 1" in md
+    assert "dataloader_tuning" in md
+    assert "<script>" not in md
+    # every table row has the header's number of cells (a pipe in trace text is escaped)
+    for block in md.split("\n\n"):
+        rows = [l for l in block.splitlines() if l.startswith("|")]
+        if rows:
+            widths = {len(l.replace("\\|", "").split("|")) for l in rows}
+            assert len(widths) == 1, block
+
+
+def test_html_is_self_contained_and_escaped(report):
+    rep, _ = report
+    page = render_html(rep)
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "<script" not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
+    assert "src=" not in page and "http" not in page   # nothing fetched from elsewhere
+    assert page.count('class="finding"') == len(rep["findings"])
+
+
+def test_unknown_run_reports_an_error():
+    con = connect(":memory:")
+    rep = build_report(con, "nope")
+    assert rep["run"] is None and rep["findings"] == [] and "nope" in rep["errors"][0]["error"]
+    render_markdown(rep), render_html(rep)
+    con.close()

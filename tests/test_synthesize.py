@@ -1,0 +1,149 @@
+"""The trace synthesizer: Kineto-shaped output, determinism, and ground truth that matches the plan."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from sample_traces import synthesize as syn
+
+
+def _load(path: str) -> dict:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as fh:
+        return json.load(fh)
+
+
+@pytest.fixture(scope="module")
+def straggler(tmp_path_factory) -> dict:
+    return syn.synthesize(tmp_path_factory.mktemp("straggler"), "straggler", steps=3, seed=1)
+
+
+def test_every_scenario_listed_and_unknown_rejected(tmp_path):
+    assert set(syn.SCENARIOS) >= {"control", "launch_bound", "host_sync", "h2d_stall", "dataloader",
+                                  "straggler", "exposed_comm", "all"}
+    with pytest.raises(ValueError, match="unknown scenario"):
+        syn.synthesize(tmp_path, "no_such_thing")
+    with pytest.raises(ValueError, match="steps"):
+        syn.synthesize(tmp_path, "control", steps=0)
+
+
+def test_files_are_kineto_shaped(straggler):
+    assert straggler["world_size"] == 4 and len(straggler["files"]) == 4
+    for rank, path in enumerate(straggler["files"]):
+        trace = _load(path)
+        assert trace["distributedInfo"]["rank"] == rank
+        assert trace["distributedInfo"]["world_size"] == 4
+        assert trace["deviceProperties"][0]["name"].startswith("NVIDIA")
+        events = trace["traceEvents"]
+        steps = sorted(e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
+        assert steps == [f"ProfilerStep#{n}" for n in (10, 11, 12)]
+        launches = {e["args"]["correlation"] for e in events
+                    if e.get("cat") == "cuda_runtime" and e["name"] == "cudaLaunchKernel"}
+        kernels = [e for e in events if e.get("cat") == "kernel"]
+        assert kernels and all(k["args"]["correlation"] in launches for k in kernels)
+        flows_s = {e["id"] for e in events if e.get("ph") == "s" and e.get("cat") == "ac2g"}
+        flows_f = {e["id"] for e in events if e.get("ph") == "f" and e.get("cat") == "ac2g"}
+        assert flows_s == flows_f and len(flows_s) == len(kernels) + sum(
+            1 for e in events if e.get("cat") == "gpu_memcpy")
+        nccl = [k for k in kernels if k["name"].startswith("ncclDevKernel_AllReduce_Sum_f32_RING_LL")]
+        assert len(nccl) == 8 * 3
+        for k in nccl:
+            assert k["args"]["Collective name"] == "allreduce" and k["args"]["Group size"] == 4
+            assert k["args"]["dtype"] == "Float" and k["args"]["In msg nelems"] > 0
+        comms = [e for e in events if e.get("name") == "record_param_comms"]
+        assert len(comms) == len(nccl) and all(e["cat"] == "cpu_op" for e in comms)
+        # the op or annotation that launched a kernel carries the kernel's External id
+        ext_ids = {e["args"]["External id"] for e in events if e.get("cat") in ("cpu_op", "user_annotation")}
+        assert all(k["args"]["External id"] in ext_ids for k in kernels)
+
+
+def test_timestamps_are_epoch_microseconds_with_three_decimals(straggler):
+    text = Path(straggler["files"][0]).read_text()
+    stamps = re.findall(r'"ts":(\d+)\.(\d+)', text)
+    assert stamps and all(len(frac) == 3 for _, frac in stamps)
+    assert all(1.7e15 < int(whole) < 1.8e15 for whole, _ in stamps)   # 2023..2027 in µs
+    assert len({frac for _, frac in stamps}) > 100                     # real ns precision, not .000
+
+
+def test_same_seed_same_bytes_other_seed_differs(tmp_path):
+    a = syn.synthesize(tmp_path / "a", "control", steps=2, seed=3, compress=True)
+    b = syn.synthesize(tmp_path / "b", "control", steps=2, seed=3, compress=True)
+    c = syn.synthesize(tmp_path / "c", "control", steps=2, seed=4, compress=True)
+    assert all(f.endswith(".json.gz") for f in a["files"])
+    assert [Path(f).read_bytes() for f in a["files"]] == [Path(f).read_bytes() for f in b["files"]]
+    assert Path(a["files"][0]).read_bytes() != Path(c["files"][0]).read_bytes()
+    assert _load(a["files"][1])["distributedInfo"]["rank"] == 1
+
+
+def test_control_has_no_planted_problem_and_little_idle(tmp_path):
+    truth = syn.synthesize(tmp_path, "control", steps=3)
+    assert truth["problems"] == []
+    for r in truth["ranks"]:
+        idle = sum(r["idle_ns_per_step_by_cause"].values())
+        assert idle < 0.01 * r["step_time_ns"]
+        assert r["comm_exposed_ns_per_step"] < 0.01 * r["step_time_ns"]
+
+
+def test_truth_agrees_with_the_planted_design(tmp_path):
+    # h2d: the pageable copy's planned duration (bytes / bandwidth) plus a launch-latency gap
+    h2d = syn.synthesize(tmp_path / "h2d", "h2d_stall", steps=3)
+    design = h2d["planted"][0]["design_ns_per_step"]
+    for p in h2d["problems"]:
+        assert p["kind"] == "h2d_stall"
+        assert p["cost_ns_per_step"] == pytest.approx(design, rel=0.03)   # durations jitter 1%
+    # host sync: 8 syncs x (200 µs host work + op dispatch and launch latency ~ 23 µs)
+    sync = syn.synthesize(tmp_path / "sync", "host_sync", steps=3)
+    assert {p["rank"] for p in sync["problems"]} == {0, 1}
+    for p in sync["problems"]:
+        assert 8 * 200_000 < p["cost_ns_per_step"] < 8 * 250_000
+    # straggler: every other rank loses the straggler's extra GEMM time (30% of 24 GEMMs/step)
+    st = syn.synthesize(tmp_path / "st", "straggler", steps=3)
+    [imb] = st["problems"]
+    design = st["planted"][0]["design_ns_per_step"]
+    assert imb["rank"] == 2 and imb["waiting_ranks"] == [0, 1, 3]
+    assert imb["cost_ns_per_step"] == pytest.approx(design, rel=0.03)
+    # exposed comm: 64 collectives a step, none overlapped
+    ex = syn.synthesize(tmp_path / "ex", "exposed_comm", steps=3)
+    for r in ex["ranks"]:
+        assert r["collectives_per_step"] == 64
+        assert r["comm_exposed_ns_per_step"] == pytest.approx(r["comm_transfer_ns_per_step"], rel=0.01)
+
+
+def test_all_scenario_plants_every_distributed_problem(tmp_path):
+    truth = syn.synthesize(tmp_path, "all", steps=3)
+    kinds = {(p["kind"], p["rank"]) for p in truth["problems"]}
+    assert ("rank_imbalance", 3) in kinds
+    assert {("comm_exposed", r) for r in range(4)} <= kinds
+    assert {("h2d_stall", r) for r in range(4)} <= kinds
+    assert ("dataloader_stall", 3) in kinds
+
+
+def test_cli_writes_traces_and_prints_truth(tmp_path, capsys):
+    truth_file = tmp_path / "truth.json"
+    rc = syn.main(["--scenario", "exposed_comm", "--out", str(tmp_path / "out"), "--steps", "2",
+                   "--world-size", "3", "--gzip", "--truth", str(truth_file)])
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(truth_file.read_text())
+    assert printed["world_size"] == 3 and len(list((tmp_path / "out").glob("*.json.gz"))) == 3
+    assert syn.main(["--scenario", "control", "--out", str(tmp_path / "x"), "--steps", "0"]) == 2
+
+
+def test_ingest_keeps_the_nanoseconds_written(tmp_path):
+    from decimal import Decimal
+
+    from analyzers.ingest import ingest_paths
+    from analyzers.store import connect
+
+    truth = syn.synthesize(tmp_path, "control", world_size=1, steps=1)
+    text = Path(truth["files"][0]).read_text()
+    written = sorted(int(Decimal(ts) * 1000) for ts in re.findall(r'"cat":"kernel".*?"ts":([\d.]+)', text))
+    con = connect(":memory:")
+    run_id = ingest_paths(con, truth["files"]).run_id
+    stored = [r[0] for r in con.execute(
+        "SELECT ts_ns FROM events WHERE run_id = ? AND kind = 'kernel' ORDER BY ts_ns", [run_id]).fetchall()]
+    assert stored == written and len(stored) > 20
