@@ -25,12 +25,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from accel import registry
-from accel.demos import DemoResult, skip
+from accel.demos import skip
 
 
 def missing_need(fix: registry.Fix, device: str) -> str | None:
     """The plain reason this machine (or the chosen device) lacks what the fix needs, else None."""
     needs = set(fix.needs)
+    if device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            return f"--device cuda was chosen; this machine has no CUDA GPU (torch {torch.__version__})"
     if needs & {"cuda", "multi_gpu"}:
         import torch
         if not torch.cuda.is_available():

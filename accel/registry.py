@@ -5,7 +5,8 @@ Imports no torch: the analyzers import this module to fill a finding's `fixes` l
 Predicates read a finding's `metrics` dict. The analyzers' metric keys are not final, so every
 predicate is tolerant: a missing (or non-numeric) key means "unknown", and unknown means the fix
 applies. A predicate only says "does not apply" on positive evidence (e.g. shapes known to vary
-for a CUDA graph). Each Fix lists the keys it reads in `reads` so both sides can line up.
+for a CUDA graph), returning the plain reason (or False); `Fix.why_not(metrics)` gives it to the
+report. Each Fix lists the keys it reads in `reads` so both sides can line up.
 
 Ranking (`fixes_for`): applicable fixes first, then by fit (a per-kind base score saying how
 directly the fix attacks that kind, plus a bonus when the metrics point at it), then by the
@@ -55,7 +56,7 @@ class Fix:
     demo_module: str                     # dotted path of the demo (exposes run(out_dir, device, steps))
     fit: dict[str, float] = field(default_factory=dict)  # base fit per addressed kind, 0..1
     reads: tuple[str, ...] = ()          # metric keys the predicate and bonus read
-    predicate: Callable[[Metrics], bool | None] | None = None   # False = known not to apply
+    predicate: Callable[[Metrics], bool | str | None] | None = None  # False or a reason: does not apply
     bonus: Callable[[Metrics], float] | None = None             # extra fit from the metrics
 
     @property
@@ -64,13 +65,19 @@ class Fix:
 
     def applies(self, metrics: Metrics | None = None) -> bool:
         """True unless the metrics show the fix cannot help (unknown or odd metrics: True)."""
+        return self.why_not(metrics) is None
+
+    def why_not(self, metrics: Metrics | None = None) -> str | None:
+        """The plain reason the metrics rule this fix out, or None when it applies."""
         if self.predicate is None:
-            return True
+            return None
         try:
             verdict = self.predicate(metrics if isinstance(metrics, Mapping) else {})
         except Exception:  # a metrics shape we did not foresee must not break a report
-            return True
-        return verdict is not False
+            return None
+        if isinstance(verdict, str) and verdict:
+            return verdict
+        return "the finding's metrics rule it out" if verdict is False else None
 
     def fit_for(self, kind: str, metrics: Metrics | None = None) -> float:
         """How well this fix suits a finding of `kind` with these metrics (higher is better)."""
@@ -107,56 +114,56 @@ class Fix:
 #   grad_accum_steps (int)        micro-steps per optimizer step
 #   nodes, world_size, local_world_size (int)
 
-def _graph_capturable(m: Metrics) -> bool | None:
+def _graph_capturable(m: Metrics) -> str | None:
     # A CUDA graph replays fixed shapes and cannot contain host syncs.
     if flag(m, "static_shapes") is False:
-        return False
+        return "input shapes change between steps; a CUDA graph replays fixed shapes"
     distinct = num(m, "distinct_shapes")
     if distinct is not None and distinct > 1:
-        return False
+        return f"{distinct:g} distinct input shapes; a CUDA graph replays fixed shapes"
     # One or two syncs per step are usually the loss.item() / logging after the step, which can
     # stay outside the captured region; more mean the step body itself syncs.
     syncs = num(m, "syncs_per_step")
     if syncs is not None and syncs > 2:
-        return False
+        return f"{syncs:g} host syncs per step; a captured step cannot sync"
     return None
 
 
-def _compile_fits(m: Metrics) -> bool | None:
+def _compile_fits(m: Metrics) -> str | None:
     # reduce-overhead records one CUDA graph per shape set: a few shapes are fine, many recompile.
     distinct = num(m, "distinct_shapes")
     if distinct is not None and distinct > 8:
-        return False
+        return f"{distinct:g} distinct input shapes: one recompile and one CUDA graph each"
     return None
 
 
-def _optimizer_bound(m: Metrics) -> bool | None:
+def _optimizer_bound(m: Metrics) -> str | None:
     share = num(m, "optimizer_kernel_share")
     if share is not None and share < 0.2:
-        return False   # the gaps are not the optimizer's tiny kernels
+        return f"only {share:.0%} of the step's kernels come from the optimizer"
     return None
 
 
-def _elementwise_bound(m: Metrics) -> bool | None:
+def _elementwise_bound(m: Metrics) -> str | None:
     share = num(m, "elementwise_kernel_share")
     if share is not None and share < 0.2:
-        return False
+        return f"only {share:.0%} of the step's kernels are small elementwise ones"
     return None
 
 
-def _copies_exposed(m: Metrics) -> bool | None:
+def _copies_exposed(m: Metrics) -> str | None:
     pageable = num(m, "pageable_share")
     overlap = num(m, "h2d_overlap_pct")
     if pageable is not None and overlap is not None and pageable == 0 and overlap >= 90:
-        return False   # already pinned and already hidden behind compute
+        return f"copies are already pinned and {overlap:.0f}% overlapped with compute"
     return None
 
 
-def _loader_can_grow(m: Metrics) -> bool | None:
+def _loader_can_grow(m: Metrics) -> str | None:
     workers = num(m, "num_workers")
     cpus = num(m, "cpu_count")
     if workers is not None and cpus is not None and workers >= cpus:
-        return False   # already one worker per core: more workers will not help
+        return f"already {workers:g} workers on {cpus:g} CPUs: more will not load faster"
     return None
 
 

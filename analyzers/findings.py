@@ -200,6 +200,26 @@ def run_analyses(con: duckdb.DuckDBPyConnection, run_id: str,
 def analyze_run(con: duckdb.DuckDBPyConnection, run_id: str,
                 thresholds: Mapping[str, Any] | None = None) -> list[Finding]:
     """Run all analyses, replace the run's rows in `findings`, return findings by cost (desc)."""
-    findings, _notes = run_analyses(con, run_id, thresholds)
+    findings, notes = run_analyses(con, run_id, thresholds)
     store_findings(con, run_id, findings)
+    _remember_notes(con, run_id, notes)
     return findings
+
+
+def _remember_notes(con: duckdb.DuckDBPyConnection, run_id: str, notes: list[str]) -> None:
+    """Keep the analyses' notes for build_report on this connection (a TEMP table: notes are
+    cheap to recompute and never go stale in the store)."""
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS tracedoctor_analysis_notes (run_id VARCHAR, seq INTEGER, note VARCHAR)")
+    con.execute("DELETE FROM tracedoctor_analysis_notes WHERE run_id = ?", [run_id])
+    if notes:
+        con.executemany("INSERT INTO tracedoctor_analysis_notes VALUES (?, ?, ?)", [[run_id, i, n] for i, n in enumerate(notes)])
+
+
+def analysis_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """The notes of the last analyze_run of this run on this connection, else the caveats
+    derivable without running the analyses (run_notes)."""
+    try:
+        rows = con.execute("SELECT note FROM temp.tracedoctor_analysis_notes WHERE run_id = ? ORDER BY seq", [run_id]).fetchall()
+    except duckdb.Error:    # no analysis ran on this connection yet
+        rows = []
+    return [r[0] for r in rows] if rows else run_notes(con, run_id)

@@ -85,10 +85,20 @@ _STEP_WINDOWS = f"""
 
 _STEP_BREAKDOWN_SQL = f"""
     WITH {_STEP_WINDOWS},
+    -- GPU activity in step windows. Nearly all of it lies inside the window where it starts (found
+    -- by an ASOF join, fast); only the rest (crossing a boundary, or outside every window) goes
+    -- through the slower interval-overlap join and is clipped to each window it overlaps.
+    placed AS (
+        SELECT g.rank, g.category, g.ts_ns, g.end_ns, w.step,
+               w.t0 IS NOT NULL AND g.ts_ns < w.t1 AND g.end_ns <= w.t1 AS inside
+        FROM gpu g ASOF LEFT JOIN windows w ON w.rank = g.rank AND g.ts_ns >= w.t0
+    ),
     clipped AS (
-        SELECT w.rank, w.step, g.category,
-               greatest(g.ts_ns, w.t0) AS s, least(g.end_ns, w.t1) AS e
-        FROM gpu g JOIN windows w ON g.rank = w.rank AND g.ts_ns < w.t1 AND g.end_ns > w.t0
+        SELECT rank, step, category, ts_ns AS s, end_ns AS e FROM placed WHERE inside
+        UNION ALL
+        SELECT w.rank, w.step, p.category, greatest(p.ts_ns, w.t0), least(p.end_ns, w.t1)
+        FROM (SELECT * FROM placed WHERE NOT inside) p
+        JOIN windows w ON p.rank = w.rank AND p.ts_ns < w.t1 AND p.end_ns > w.t0
     ),
     -- sweep line: +1 where an interval of a category starts, -1 where it ends
     edges AS (
@@ -201,14 +211,14 @@ GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_user_annotation", "cuda_sync")
 
 
 def timeline_window(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, t1_ns: int,
-                    ranks: list[int] | None = None, max_events: int = 4000,
+                    ranks: list[int] | None = None, max_events: int = 3000, max_merged: int = 3000,
                     min_pixel_fraction: float = 1 / 1500, include_python: bool = False) -> pd.DataFrame:
     """The intervals drawn in a time window: one row per bar.
 
     Only events overlapping [t0_ns, t1_ns) are read. Events shorter than a pixel
     ((t1-t0) * min_pixel_fraction) are merged per lane and pixel into one bar (kind 'merged',
-    name 'N short events'); of the rest, the max_events longest are kept. So the frame stays
-    small however big the trace is. Communication kernels get kind 'communication'.
+    name 'N short events'), in bins widened so there are about max_merged such bars at most; of the
+    rest, the max_events longest are kept. So the frame stays small however big the trace is. Communication kernels get kind 'communication'.
 
     Columns: rank, lane, lane_order, is_gpu, kind, name, start_ns, end_ns, n_events, stream, depth.
     """
@@ -234,12 +244,16 @@ def timeline_window(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, t1_
         ORDER BY end_ns - ts_ns DESC
         LIMIT $max_events
     ),
+    -- bins for short events: a pixel wide, wider when many lanes would exceed $max_merged bars
+    bin AS (
+        SELECT greatest($pixel_ns, ($t1 - $t0) * count(DISTINCT (rank, lane_name)) // $max_merged) AS ns FROM win
+    ),
     short_merged AS (
         SELECT rank, lane_name, is_gpu, 'merged' AS kind,
                count(*) || ' short events' AS name, min(ts_ns) AS start_ns, max(end_ns) AS end_ns,
                count(*) AS n_events, any_value(stream) AS stream
         FROM win WHERE end_ns - ts_ns < $pixel_ns
-        GROUP BY rank, lane_name, is_gpu, (ts_ns - $t0) // $pixel_ns
+        GROUP BY rank, lane_name, is_gpu, (ts_ns - $t0) // (SELECT ns FROM bin)
     ),
     bars AS (SELECT * FROM long_events UNION ALL SELECT * FROM short_merged)
     SELECT rank,
@@ -251,7 +265,8 @@ def timeline_window(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, t1_
     ORDER BY lane_order, start_ns
     """
     params = {"run_id": run_id, "t0": int(t0_ns), "t1": int(t1_ns), "ranks": ranks, "kinds": kinds,
-              "gpu_kinds": list(GPU_KINDS), "pixel_ns": pixel_ns, "max_events": int(max_events)}
+              "gpu_kinds": list(GPU_KINDS), "pixel_ns": pixel_ns, "max_events": int(max_events),
+              "max_merged": max(1, int(max_merged))}
     return _frame(con, sql, params)
 
 

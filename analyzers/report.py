@@ -52,7 +52,7 @@ def _stored_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[s
 
 def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[Any] = ()) -> dict[str, Any]:
     """The CLI JSON contract for a stored run (plus "notes": caveats in plain words)."""
-    from analyzers.findings import run_notes
+    from analyzers.findings import analysis_notes
 
     ensure_loaded(con)
     run = con.execute("SELECT run_id, name, world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()
@@ -67,7 +67,7 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[A
         "errors": error_list,
         "ranks": rank_summary(con, run_id),
         "findings": _stored_findings(con, run_id),
-        "notes": run_notes(con, run_id),
+        "notes": analysis_notes(con, run_id),
     }
 
 

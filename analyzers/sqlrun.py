@@ -16,14 +16,7 @@ import duckdb
 SQL_DIR = Path(__file__).with_name("sql")
 FIRST_FILES = ("intervals.sql", "views.sql")
 
-_loaded: "weakref.WeakSet[duckdb.DuckDBPyConnection]"
-try:
-    _loaded = weakref.WeakSet()
-    weakref.ref(duckdb.connect(":memory:"))
-    _WEAKREF_OK = True
-except TypeError:  # connections that cannot be weakly referenced: fall back to ids
-    _WEAKREF_OK = False
-_loaded_ids: set[int] = set()
+_loaded: "weakref.WeakSet[duckdb.DuckDBPyConnection]" = weakref.WeakSet()
 _lock = threading.Lock()
 
 
@@ -35,21 +28,21 @@ def sql_files() -> list[Path]:
 
 
 def load_sql(con: duckdb.DuckDBPyConnection) -> None:
-    """(Re)create every macro and view of analyzers/sql/ on `con`."""
-    # DuckDB binds a macro's body when it is created, so a file that uses a macro from a file
-    # later in name order (comm.sql uses rank_imbalance.sql) fails on the first pass with a
-    # CatalogException; retry those after the others until a pass makes no progress.
+    """(Re)create every macro and view of analyzers/sql/ on `con`.
+
+    A file may use macros of a file that sorts after it (DuckDB binds a macro's body when it is
+    created, against the macros that exist then, which in a stored database may be an older
+    version): files that fail are retried after the others until no more progress is made.
+    """
     pending = sql_files()
     while pending:
         failed: list[tuple[Path, duckdb.Error]] = []
         for path in pending:
             try:
                 con.execute(path.read_text())
-            except duckdb.CatalogException as exc:
+            except duckdb.Error as exc:
                 failed.append((path, exc))
-            except duckdb.Error as exc:  # name the file: a broken macro is otherwise hard to find
-                raise RuntimeError(f"analyzers/sql/{path.name} failed to load: {exc}") from exc
-        if len(failed) == len(pending):
+        if len(failed) == len(pending):   # no progress: name the file, a broken macro is otherwise hard to find
             path, exc = failed[0]
             raise RuntimeError(f"analyzers/sql/{path.name} failed to load: {exc}") from exc
         pending = [path for path, _ in failed]
@@ -58,14 +51,7 @@ def load_sql(con: duckdb.DuckDBPyConnection) -> None:
 def ensure_loaded(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """Load the SQL library on `con` unless this connection already has it; returns `con`."""
     with _lock:
-        if _WEAKREF_OK:
-            if con in _loaded:
-                return con
-        elif id(con) in _loaded_ids:
-            return con
-        load_sql(con)
-        if _WEAKREF_OK:
+        if con not in _loaded:
+            load_sql(con)
             _loaded.add(con)
-        else:
-            _loaded_ids.add(id(con))
     return con

@@ -256,8 +256,10 @@ def sidebar_run_picker(problems: list[FileError]) -> str | None:
             st.session_state[PICKER_KEY] = st.session_state[RUN_KEY]
             st.selectbox("Run", ids, key=PICKER_KEY, format_func=labels.get,
                          on_change=lambda: st.session_state.update({RUN_KEY: st.session_state[PICKER_KEY]}))
+        from app.ui import md  # app.ui imports this module; import here, at call time
+
         for problem in problems:
-            st.warning(f"{problem.file}: {problem.error}")
+            st.warning(f"{md(Path(problem.file).name)}: {md(problem.error)}")
     return st.session_state.get(RUN_KEY)
 
 

@@ -548,11 +548,11 @@ def _truth_for_rank(m: RankModel) -> dict[str, Any]:
         if busy_until is not None and op.start > busy_until:
             idle_by_cause[op.cause] = idle_by_cause.get(op.cause, 0) + op.start - busy_until
         busy_until = op.end if busy_until is None else max(busy_until, op.end)
-    is_comm = [o for o in ops if o.name.startswith("nccl")]
+    comm_ops = [o for o in ops if o.name.startswith("nccl")]
     compute = [(o.start, o.end) for o in ops if o.cat == "kernel" and not o.name.startswith("nccl")]
     pageable_copy = sum(o.end - o.start for o in ops if "Pageable -> Device" in o.name)
-    waits = [(o.start, o.arrival) for o in is_comm if o.arrival is not None and o.arrival > o.start]
-    transfers = [(max(o.start, o.arrival or o.start), o.end) for o in is_comm]
+    waits = [(o.start, o.arrival) for o in comm_ops if o.arrival is not None and o.arrival > o.start]
+    transfers = [(max(o.start, o.arrival or o.start), o.end) for o in comm_ops]
     step_durs = [end - start for _, start, end in m.step_windows]
     return {
         "rank": m.rank,
@@ -565,7 +565,7 @@ def _truth_for_rank(m: RankModel) -> dict[str, Any]:
         "collective_wait_exposed_ns_per_step": _subtract_len(waits, compute) / steps,
         "comm_transfer_ns_per_step": sum(e - s for s, e in _union(transfers)) / steps,
         "comm_exposed_ns_per_step": _subtract_len(transfers, compute) / steps,
-        "collectives_per_step": len(is_comm) / steps,
+        "collectives_per_step": len(comm_ops) / steps,
     }
 
 

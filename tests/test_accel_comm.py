@@ -120,3 +120,15 @@ def test_registry_entries_point_at_real_code(fix_id):
             module = importlib.import_module(module_name)
             for name in names.split(","):
                 assert hasattr(module, name.strip()), (fix_id, name)
+
+
+def test_slow_links_explain_what_is_missing(monkeypatch):
+    # the demos catch this OSError and run on plain loopback, saying so in their notes
+    from accel.demos import dist_common
+    monkeypatch.setattr(dist_common.shutil, "which", lambda name: None)
+    with pytest.raises(OSError, match="iproute2"):
+        with dist_common.slow_loopback(800):
+            pass
+    with pytest.raises(OSError, match="iproute2"):
+        with dist_common.two_node_network(400):
+            pass

@@ -129,8 +129,8 @@ def test_prefetcher_stream_protocol_with_fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: compute)
     monkeypatch.setattr(CudaPrefetcher, "_to_device",
                         lambda self, t: (log.append(("copy", int(t[0]))), t.clone())[1])
-    monkeypatch.setattr(torch.Tensor, "record_stream",
-                        lambda t, stream: log.append(("record", int(t[0]), stream.name)))
+    monkeypatch.setattr(CudaPrefetcher, "_record",
+                        staticmethod(lambda t, stream: log.append(("record", int(t[0]), stream.name))))
 
     prefetcher = CudaPrefetcher([torch.tensor([i]) for i in range(3)], device="cuda")
     assert prefetcher.enabled

@@ -69,6 +69,14 @@ def test_gpu_demos_skip_cleanly_on_cpu(fix_id, tmp_path, capsys):
     assert not (tmp_path / "out").exists()          # nothing pretended, nothing written
 
 
+@pytest.mark.skipif(CUDA, reason="checks --device cuda on a machine without CUDA")
+def test_cpu_demo_asked_for_cuda_skips_with_the_reason(tmp_path, capsys):
+    assert demo.main(["fused_optimizer", "--out", str(tmp_path), "--device", "cuda", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["device"] == "cuda"
+    assert result["skipped"].startswith("--device cuda was chosen; this machine has no CUDA GPU")
+
+
 def test_gpu_demo_on_explicit_cpu_device_skips():
     fix = registry.get("triton_fused_elementwise")
     reason = demo.missing_need(fix, "cpu")

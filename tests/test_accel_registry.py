@@ -122,3 +122,24 @@ def test_list_fixes_shape():
     listed = registry.list_fixes()
     assert [f["id"] for f in listed] == FIX_IDS
     assert all(set(f) == {"id", "title", "addresses", "needs"} for f in listed)
+
+
+def test_why_not_gives_the_plain_reason():
+    assert registry.get("cuda_graph").why_not({"distinct_shapes": 3}) == \
+        "3 distinct input shapes; a CUDA graph replays fixed shapes"
+    assert registry.get("fused_optimizer").why_not({"optimizer_kernel_share": 0.05}) == \
+        "only 5% of the step's kernels come from the optimizer"
+    assert registry.get("cuda_graph").why_not({}) is None
+    # a predicate answering plain False still yields a reason
+    assert registry.get("powersgd").why_not({"busbw_gbps": 200.0})
+
+
+@pytest.mark.parametrize("fix_id", CORE_FIXES)
+def test_core_snippets_import_names_that_exist(fix_id):
+    import importlib
+    for line in registry.get(fix_id).snippet.splitlines():
+        if line.startswith("from accel"):
+            module_name, _, names = line.removeprefix("from ").partition(" import ")
+            module = importlib.import_module(module_name)
+            for name in names.split(","):
+                assert hasattr(module, name.strip()), f"{module_name} has no {name.strip()}"

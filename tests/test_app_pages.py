@@ -282,3 +282,39 @@ def test_review_section_escapes_notes_in_html():
     page = review.insert_before_body_end("<html><body><p>r</p></body></html>", fragment)
     assert page.endswith(fragment + "</body></html>")
     assert "No finding has been marked yet" in review.review_html([])
+
+
+@pytest.mark.parametrize("trace", ["cpu_only_rank34.json.gz", "resnet50_num_workers_0.json.gz", "nccl2rank",
+                                   "rocm_mi250_minitoy.json.gz", "nccl_allreduce_with_sizes.json.gz"])
+def test_every_page_on_real_traces(trace, shared_traces, tmp_path, monkeypatch):
+    """Real Kineto traces (old and new schema, CPU-only, ROCm, NCCL with and without sizes)."""
+    pytest.importorskip("analyzers.ingest")
+    from analyzers.ingest import ingest_paths
+
+    db = tmp_path / "real.duckdb"
+    con = connect(db)
+    result = ingest_paths(con, [str(shared_traces / trace)])
+    assert result.run_id is not None, result.errors
+    from analyzers.findings import analyze_run
+
+    analyze_run(con, result.run_id)
+    con.close()
+    at = open_app(monkeypatch, db, run_id=result.run_id)
+    for page in PAGES:
+        goto(at, page)
+        assert not at.exception, page
+
+
+def test_findings_beyond_the_third_are_folded(hand_built, monkeypatch):
+    from test_app_helpers import add_finding
+
+    con = connect(hand_built)
+    for i, cost in enumerate((1.5, 1.0, 0.5)):
+        add_finding(con, BEFORE_RUN, f"h2d_stall:r0:{i}", "h2d_stall", cost, cost * 10, fixes=("cuda_prefetcher",))
+    con.close()
+    at = goto(open_app(monkeypatch, hand_built, run_id=BEFORE_RUN), "views/findings.py")
+    labels = [plain(e.label) for e in at.expander]
+    assert labels == ["4. Host-to-device copies stall the GPU — 1.00 ms/step (10.0 % of step) · rank 0 · step 1 · "
+                      "stream 7 · window of 10.000 ms",
+                      "5. Host-to-device copies stall the GPU — 0.50 ms/step (5.0 % of step) · rank 0 · step 1 · "
+                      "stream 7 · window of 10.000 ms"]

@@ -170,3 +170,16 @@ def test_steps_move_onto_the_gpu_clock_through_their_launches():
     assert steps.loc[1, "t0_ns"] == 5 * MS and steps.loc[1, "t1_ns"] == 14 * MS
     assert steps.loc[1, "compute_ms"] == pytest.approx(7.0) and steps.loc[1, "idle_ms"] == pytest.approx(2.0)
     assert steps.loc[2, "step_ms"] == pytest.approx(2.0) and steps.loc[2, "idle_ms"] == pytest.approx(0.0)
+
+
+def test_timeline_widens_merge_bins_to_stay_under_the_bar_budget(con):
+    for i in range(100):   # 1 ns kernels every 0.1 ms over [10, 20) ms: 100 separate pixels
+        add_event(con, BEFORE_RUN, 0, "kernel", "tiny_spread", 10 * MS + i * MS // 10, 1, stream=9)
+    lane = "GPU 0 · stream 9"
+    fine = queries.timeline_window(con, BEFORE_RUN, 10 * MS, 20 * MS, ranks=[0])
+    assert (fine["lane"] == lane).sum() == 100
+    coarse = queries.timeline_window(con, BEFORE_RUN, 10 * MS, 20 * MS, ranks=[0], max_merged=6)
+    merged = coarse[coarse["kind"] == "merged"]
+    # 3 lanes in the window (streams 7 and 9, the CPU thread): bins of 10 ms * 3 / 6 = 5 ms -> 2 on stream 9
+    assert (merged["lane"] == lane).sum() == 2
+    assert merged.loc[merged["lane"] == lane, "n_events"].sum() == 100

@@ -75,3 +75,22 @@ def test_h2d_copies_are_pageable_and_small_share(resnet):
     # no compute overlaps the copies: all their time is exposed
     assert h2d0.metrics["h2d_overlap_pct"] == 0.0
     assert resnet[0]["ranks"][0]["h2d_time_ms"] == pytest.approx(h2d0.metrics["copy_ms_per_step"], abs=0.001)
+
+
+def test_cpu_only_rank_costs_the_loader_wait_itself():
+    """No GPU: the cost is the time the loop waits in the DataLoader, per step (here 3 of 10 ms)."""
+    from test_launch_gap import COLS, LOADER, ev
+    con = connect(":memory:")
+    con.execute("INSERT INTO runs (run_id, name, created_at, sha256, world_size) VALUES ('syn', 'cpu', now(), 'x', 1)")
+    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_sha256) VALUES ('syn', 0, 'cpu.json', 'x')")
+    rows = [ev("user_annotation", "ProfilerStep#1", 0, 10000), ev("user_annotation", "ProfilerStep#2", 10000, 20000),
+            ev("cpu_op", LOADER, 100, 3100), ev("cpu_op", LOADER, 10100, 13100)]
+    con.executemany(f"INSERT INTO events ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))})",
+                    [[r.get(c) for c in COLS] for r in rows])
+    findings, notes = run_analyses(con, "syn")
+    assert [f.kind for f in findings] == ["dataloader_stall"]
+    f = findings[0]
+    assert f.cost_ns == 3_000_000 and f.cost_pct == pytest.approx(30.0) and f.severity == "high"
+    assert f.metrics["gpu"] is False and f.metrics["num_workers"] == 0
+    assert any("no GPU activity" in n for n in notes)
+    con.close()

@@ -85,3 +85,25 @@ def test_unknown_run_reports_an_error():
     assert rep["run"] is None and rep["findings"] == [] and "nope" in rep["errors"][0]["error"]
     render_markdown(rep), render_html(rep)
     con.close()
+
+
+def test_report_carries_the_analyses_notes(monkeypatch):
+    """Notes an analysis adds during analyze_run reach the report built on the same connection."""
+    import analyzers.analyses.launch_gap as launch_gap
+    original = launch_gap.find
+
+    def noting_find(con, run_id, ctx):
+        ctx.notes.append("launch analysis says hello <b>")
+        return original(con, run_id, ctx)
+
+    monkeypatch.setattr(launch_gap, "find", noting_find)
+    con = connect(":memory:")
+    con.execute("INSERT INTO runs (run_id, name, created_at, sha256, world_size) VALUES ('cpu', 'cpu', now(), 'x', 1)")
+    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_sha256) VALUES ('cpu', 0, 'cpu.json', 'x')")
+    assert build_report(con, "cpu")["notes"][0].startswith("The trace has no GPU activity")
+    analyze_run(con, "cpu")
+    notes = build_report(con, "cpu")["notes"]
+    assert notes[0].startswith("The trace has no GPU activity")
+    assert "launch analysis says hello <b>" in notes
+    assert "hello &lt;b&gt;" in render_html(build_report(con, "cpu"))
+    con.close()

@@ -72,6 +72,12 @@ class CudaPrefetcher:
             tensor = tensor.pin_memory()
         return tensor.to(self.device, non_blocking=True)
 
+    @staticmethod
+    def _record(tensor: torch.Tensor, stream) -> None:
+        """Mark a delivered GPU tensor as used on `stream` (its memory waits for that work)."""
+        if tensor.device.type == "cuda":
+            tensor.record_stream(stream)
+
     def __iter__(self) -> Iterator[Any]:
         if not self.enabled:
             yield from self.loader
@@ -96,7 +102,6 @@ class CudaPrefetcher:
             compute_stream = torch.cuda.current_stream(self.device)
             compute_stream.wait_stream(copy_stream)        # this batch's copy is complete
             batch = upcoming
-            _for_each_tensor(batch, lambda t: t.record_stream(compute_stream)
-                             if t.device.type == "cuda" else None)
+            _for_each_tensor(batch, lambda t: self._record(t, compute_stream))
             upcoming = issue_next()                        # next copy overlaps this compute
             yield batch

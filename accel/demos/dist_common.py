@@ -2,8 +2,8 @@
 
 A demo module defines a top-level `build(rank, world_size, variant, config) -> RankWorkload`
 and calls `run_ranks(module, ["before", "after"], ...)`. Every rank, for each variant in turn:
-  1. joins a gloo process group on 127.0.0.1 (NCCL refuses two ranks on one GPU, so demos run
-     on gloo unless several GPUs are there),
+  1. joins a gloo process group on 127.0.0.1 (CPU ranks: NCCL refuses two ranks on one GPU,
+     and no multi-GPU NCCL path is written yet),
   2. times `steps` steps with the wall clock (accel.profiling.time_steps, median after warm-up),
   3. profiles a few more steps with torch.profiler into OUT/<variant>/rank-<N>.json.gz,
   4. writes its timings and checks to OUT/timings/<variant>-rank-<N>.json (outside the trace
@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import time
 import uuid
@@ -224,6 +223,8 @@ def two_node_network(rate_mbit: int) -> Iterator[dict[str, Any]]:
     finally:
         for name in created:      # deleting a namespace deletes its veth end, and so the pair
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        # a pair left in this namespace (a move that failed) goes too; usually already gone
+        subprocess.run(["ip", "link", "del", ends[0]], capture_output=True)
 
 
 def run_ranks_on_nodes(module_name: str, variants: list[str], nodes: list[tuple[str, str]], local_size: int,
@@ -281,7 +282,3 @@ def run_ranks_on_nodes(module_name: str, variants: list[str], nodes: list[tuple[
         results[variant] = VariantResult(variant, out_dir / variant, [p["median_ms"] for p in per_rank],
                                          [p["checks"] for p in per_rank])
     return results
-
-
-def median(values: list[float]) -> float:
-    return float(statistics.median(values))

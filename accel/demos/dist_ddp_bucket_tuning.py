@@ -1,10 +1,11 @@
 """Demo: many tiny DDP buckets vs buckets sized from the finding's metrics.
 
-2 gloo ranks on plain loopback, a 48-layer 128-wide MLP (3.2 MB of gradients). Before:
-bucket_cap_mb=0.07, so backward issues ~48 small all-reduces, each paying gloo's fixed per-collective cost. After:
-accel.comm.derive_ddp_settings on the metrics a comm_exposed finding reports (48 all-reduces
-per step of ~0.07 MB) picks a bucket size that merges them into a few. Parameters must match
-within float reassociation (bucketing changes nothing in the sums per element).
+2 gloo ranks on plain loopback, a 96-layer 64-wide MLP (1.6 MB of gradients). Before:
+bucket_cap_mb=0.02, so backward issues ~96 small all-reduces, each paying gloo's fixed
+per-collective cost. After: accel.comm.derive_ddp_settings on the metrics a comm_exposed
+finding reports (96 all-reduces per step of ~16 KB) picks a bucket size that merges them
+into a few. Parameters must match within float reassociation (bucketing changes nothing in
+the sums per element).
 """
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from accel.demos import DemoResult
 from accel.demos.dist_ddp_workload import run_before_after
 
 DEFAULT_STEPS = 8
-WIDTH, LAYERS = 128, 48
+WIDTH, LAYERS = 64, 96
 GRAD_BYTES = LAYERS * (WIDTH * WIDTH + WIDTH) * 4
 # What the comm_exposed finding says about the "before" trace: one all-reduce per layer.
 FINDING_METRICS = {"collectives_per_step": LAYERS, "mean_msg_bytes": GRAD_BYTES / LAYERS,
                    "bytes_per_step": GRAD_BYTES}
 CONFIG = {"width": WIDTH, "layers": LAYERS, "batch": 32, "warmup": 2, "profile_steps": 3,
-          "variants": {"before": {"ddp": {"bucket_cap_mb": 0.07}},
+          "variants": {"before": {"ddp": {"bucket_cap_mb": 0.02}},
                        "after": {"tuned_from_metrics": FINDING_METRICS}}}
 
 

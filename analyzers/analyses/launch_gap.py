@@ -67,10 +67,17 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
             "tiny_run_top_kernel": tr.get("top_kernel"),
             "syncs_per_step": rounded(syncs.get(rank, 0) / per_step, 2),
         }
+        long_share = row["long_idle_ns"] / row["idle_ns"] if row["idle_ns"] else 0.0
+        metrics["long_gap_share"] = rounded(long_share)
         summary = (f"Rank {rank}: the GPU waits {metrics['idle_ms_per_step']:.2f} ms per step for the CPU to "
                    f"launch work ({metrics['gaps_per_step']:g} gaps per step, longest "
                    f"{metrics['longest_gap_ms']:.2f} ms); {100 * (metrics['short_kernel_share'] or 0):.0f}% of "
                    f"kernels run shorter than their launch call.")
+        if long_share >= 0.5:
+            # a few long holes are the CPU doing other work (Python, logging, evaluation, setup),
+            # not per-kernel launch overhead: say so, the fixes differ
+            summary += (f" {100 * long_share:.0f}% of it is in {row['long_gaps']} gaps of 1 ms or more: the CPU "
+                        "was busy with other work there; look at the CPU timeline in that window.")
         if tr:
             summary += (f" {metrics['tiny_kernel_runs_per_step']:g} runs of tiny kernels per step could be "
                         "captured in a CUDA graph or fused.")

@@ -6,18 +6,15 @@ rank_imbalance_report, one statement); this module only turns its row into a Fin
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any
 
 import duckdb
 
+from analyzers import thresholds as th
 from analyzers.model import Finding
 from analyzers.sqlrun import ensure_loaded
 
 KIND = "rank_imbalance"
-
-# Defaults for direct use; the framework passes analyzers/thresholds.py values through ctx.
-DEFAULT_THRESHOLDS = {"MIN_FINDING_PCT": 5.0, "RANK_IMBALANCE_WORK_PCT": 5.0,
-                      "COMM_SERIALIZED_OVERLAP_PCT": 20.0, "COMM_SMALL_MESSAGE_BYTES": 1_048_576}
 
 
 def context(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> Any:
@@ -29,10 +26,9 @@ def context(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> Any:
 
 
 def threshold(ctx: Any, name: str) -> float:
-    table = getattr(ctx, "thresholds", None)
-    if isinstance(table, Mapping) and isinstance(table.get(name), (int, float)):
-        return float(table[name])
-    return float(DEFAULT_THRESHOLDS[name])
+    """A named threshold (analyzers/thresholds.py), as overridden for this analysis run."""
+    table = getattr(ctx, "thresholds", None) or {}
+    return float(table.get(name, th.DEFAULTS[name]))
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -22,7 +22,8 @@ import duckdb
 
 from ..model import FileError, IngestResult
 from .layout import Layout, LayoutError, scan_layout
-from .parse import insert_events, remove_parts, write_parts
+from .parse import (delete_dropped, delete_rank, insert_events, needs_exact, rank_counts, remove_parts,
+                    write_parts)
 from .ranks import assign_ranks, rank_columns, world_size
 from .sources import Limits, RankFile, collect
 
@@ -43,7 +44,9 @@ class _RankInput:
 
 
 class _ParseFailure(Exception):
-    def __init__(self, item: _RankInput, message: str, detail: str = ""):
+    """item None: the statement over all files failed; retry them one statement each."""
+
+    def __init__(self, item: _RankInput | None, message: str, detail: str = ""):
         super().__init__(message)
         self.item = item
         self.message = message      # for the user
@@ -88,13 +91,18 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
                    key=lambda item: item.rank)
     run_name = name or default_name(paths)
     source_text = " ".join(str(p) for p in paths)
+    together = True
     while items:
         run_id, full_hash = _run_id(items)
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
             return _result(run_id, items, errors, warnings, reused=True)
         try:
-            warnings += _write_run(con, items, run_id, full_hash, run_name, source_text, tmpdir, limits, progress)
+            warnings += _write_run(con, items, run_id, full_hash, run_name, source_text, tmpdir, limits,
+                                   together, progress)
         except _ParseFailure as failure:
+            if failure.item is None:
+                together = False        # find the file DuckDB refused, one statement each
+                continue
             if not _retry_cheaper(failure):
                 errors.append(FileError(failure.item.source.display, failure.message))
                 items = [i for i in items if i is not failure.item]
@@ -138,32 +146,50 @@ def _threads(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def _plain_duckdb_error(exc: Exception) -> str:
+    """DuckDB's first line, without its error class, our temp file names or its own advice."""
     text = re.sub(r"^[A-Za-z ]*Error:\s*", "", str(exc)).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     first = re.sub(r"(in file )?\"?/[^\s\"']*\.part\.json\"?,?\s*", "", first)
-    return f"the JSON is malformed and could not be parsed ({first[:240]})"
+    first = re.split(r"\.?\s*(?:Parse errors cannot|Try setting|Try increasing)", first)[0]
+    first = re.sub(r"at byte \d+ in record/value \d+", "in the traceEvents list", first)  # offsets of our parts
+    return f"the JSON is malformed and could not be parsed ({first.strip()[:240]})"
 
 
 def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: str, full_hash: str,
-               name: str, source: str, tmpdir: str, limits: Limits,
+               name: str, source: str, tmpdir: str, limits: Limits, together: bool,
                progress: Progress | None) -> list[FileError]:
-    """One transaction: every rank's events and ranks row, then the run row. Raises _ParseFailure."""
+    """One transaction: every rank's events and ranks row, then the run row. Raises _ParseFailure.
+
+    together: all rank files in one statement (the fast way, see events.sql); else one statement
+    per file, which is how a file DuckDB refuses is told apart from the others.
+    """
     threads = _threads(con)
     warnings: list[FileError] = []
     con.execute("BEGIN TRANSACTION")
     try:
-        for index, item in enumerate(items):
+        if together:
             if progress:
-                progress("parsing", item.source.display, index / len(items))
-            wanted = 1 if item.single_range else max(threads, -(-item.layout.body_bytes // limits.part_bytes))
-            parts = write_parts(item.source.path, item.layout, tmpdir, wanted)
-            item.part_count = len(parts)
-            try:
-                total, dropped = insert_events(con, run_id, item.rank, parts, item.layout.body_bytes, item.lenient)
-            except duckdb.Error as exc:
-                raise _ParseFailure(item, _plain_duckdb_error(exc), str(exc)) from None
-            finally:
-                remove_parts(parts)
+                progress("parsing", "", 0.0)
+            _parse(con, run_id, items, tmpdir, limits, threads, exact=False,
+                   blame=items[0] if len(items) == 1 else None)
+        else:
+            for index, item in enumerate(items):
+                if progress:
+                    progress("parsing", item.source.display, index / len(items))
+                _parse(con, run_id, [item], tmpdir, limits, threads, exact=False, blame=item)
+        counts = rank_counts(con, run_id)
+        redo = [i for i in items if needs_exact(i.layout.body_bytes, *counts.get(i.rank, (0, 0, 0, 0))[2:])]
+        for item in redo:   # epoch-µs timestamps with decimals: re-read this file from the text
+            delete_rank(con, run_id, item.rank)
+            _parse(con, run_id, [item], tmpdir, limits, threads, exact=True, blame=item)
+        if redo:
+            counts = rank_counts(con, run_id)
+        if any(c[1] for c in counts.values()):
+            delete_dropped(con, run_id)
+        if progress:
+            progress("writing", "", 0.0)
+        for item in items:
+            total, dropped = counts.get(item.rank, (0, 0, 0, 0))[:2]
             kept = total - dropped
             if kept == 0:
                 why = "its traceEvents list is empty" if total == 0 else \
@@ -180,8 +206,6 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
                 [run_id, item.rank, item.source.member, item.source.sha256, cols["schema_version"],
                  cols["device_name"], cols["base_time_ns"], cols["distributed_info"], cols["device_properties"],
                  cols["trace_meta"], kept])
-        if progress:
-            progress("writing", "", 0.0)
         con.execute(
             "INSERT INTO runs (run_id, name, created_at, source, sha256, world_size) VALUES (?, ?, ?, ?, ?, ?)",
             [run_id, name, datetime.now(timezone.utc).replace(tzinfo=None), source, full_hash,
@@ -196,6 +220,25 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
     if progress:
         progress("writing", "", 1.0)
     return warnings
+
+
+def _parse(con: duckdb.DuckDBPyConnection, run_id: str, items: list[_RankInput], tmpdir: str, limits: Limits,
+           threads: int, exact: bool, blame: _RankInput | None) -> None:
+    """Cut each file into ranges (enough to keep every thread busy) and parse them in one statement."""
+    rank_parts: list[tuple[int, list[str]]] = []
+    try:
+        for item in items:
+            per_file = -(-threads // len(items))
+            wanted = 1 if item.single_range else max(per_file, -(-item.layout.body_bytes // limits.part_bytes))
+            parts = write_parts(item.source.path, item.layout, tmpdir, wanted)
+            item.part_count = len(parts)
+            rank_parts.append((item.rank, parts))
+        insert_events(con, run_id, rank_parts, exact=exact, lenient=blame is not None and blame.lenient)
+    except duckdb.Error as exc:
+        raise _ParseFailure(blame, _plain_duckdb_error(exc), str(exc)) from None
+    finally:
+        for _, parts in rank_parts:
+            remove_parts(parts)
 
 
 def default_name(paths: list) -> str:

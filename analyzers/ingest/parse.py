@@ -22,7 +22,7 @@ _COLUMNS = ("{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', ti
 # Strict typing is ~2x faster; ignore_errors (the retry after a failure) turns a mistyped field
 # or a non-object element into NULLs, so the event is dropped and counted instead.
 _READ_JSON = ("read_json($parts, format = 'array', columns = " + _COLUMNS +
-              f", maximum_object_size = {_MAX_OBJECT}<lenient>)")
+              f", maximum_object_size = {_MAX_OBJECT}, filename = true<lenient>)")
 # The digits of ts as written, row-aligned with read_json (both scans keep the array order).
 _TS_TEXT = ("(SELECT regexp_extract(json::VARCHAR, '\"ts\"\\s*:\\s*(-?[0-9][0-9.eE+-]*)', 1) AS ts_text "
             f"FROM read_json_objects($parts, format = 'array', maximum_object_size = {_MAX_OBJECT}))")
@@ -39,11 +39,11 @@ _TS_EXACT = (f"CASE {_TS_GUARD} "
              "THEN TRY_CAST(TRY_CAST(ts_text AS DECIMAL(38, 9)) * 1000 AS BIGINT) "
              f"ELSE {_TS_SPLIT} END")
 FLOAT_EXACT_LIMIT_NS = (1 << 43) * 1000
-SMALL_BODY = 4 << 20   # below this the exact text path is used directly: it costs next to nothing
+SMALL_BODY = 4 << 20   # below this a file with epoch-scale timestamps is always re-read exactly
 
 
 def events_sql(exact: bool, lenient: bool) -> str:
-    """The INSERT for one rank file; placeholders are filled with the fixed fragments above."""
+    """The INSERT; its placeholders are filled with the fixed fragments above."""
     read = _READ_JSON.replace("<lenient>", ", ignore_errors = true" if lenient else "")
     source = f"({read} POSITIONAL JOIN {_TS_TEXT})" if exact else read
     return EVENTS_SQL.replace("<source>", source).replace("<ts_ns>", _TS_EXACT if exact else _TS_FLOAT)
@@ -91,35 +91,36 @@ def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int) -> None:
         count -= done
 
 
-def insert_events(con: duckdb.DuckDBPyConnection, run_id: str, rank: int, parts: list[str],
-                  body_bytes: int, lenient: bool) -> tuple[int, int]:
-    """Parse the parts into `events`; returns (array elements seen, elements dropped).
-
-    Must run inside the caller's transaction: dropped elements are written, counted and deleted
-    again, which is cheaper than a second pass to count them.
-    """
-    params = {"run_id": run_id, "rank": rank, "parts": parts}
-    exact = body_bytes < SMALL_BODY
-    total = con.execute(events_sql(exact, lenient), params).fetchone()[0]
-    dropped, inexact = _check(con, run_id, rank)
-    if inexact and not exact:
-        con.execute("DELETE FROM events WHERE run_id = ? AND rank = ?", [run_id, rank])
-        total = con.execute(events_sql(True, lenient), params).fetchone()[0]
-        dropped, _ = _check(con, run_id, rank)
-    if dropped:
-        con.execute("DELETE FROM events WHERE run_id = ? AND rank = ? AND kind = ?", [run_id, rank, DROPPED_KIND])
-    return total, dropped
+def insert_events(con: duckdb.DuckDBPyConnection, run_id: str, rank_parts: list[tuple[int, list[str]]],
+                  exact: bool = False, lenient: bool = False) -> None:
+    """Parse the parts of every (rank, parts) pair into `events`, in one statement."""
+    parts = [part for _, rank_files in rank_parts for part in rank_files]
+    ranks = [rank for rank, rank_files in rank_parts for _ in rank_files]
+    con.execute(events_sql(exact, lenient), {"run_id": run_id, "parts": parts, "ranks": ranks})
 
 
-def _check(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> tuple[int, int]:
-    """(dropped elements, epoch-scale timestamps with a fractional part) of one rank.
+def rank_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, tuple[int, int, int, int]]:
+    """Per rank: (array elements, dropped elements, epoch-scale timestamps, those with a fraction).
 
     Integer-µs traces (2021 schema) and relative clocks (< 2^43 µs) are exact through float64.
     At epoch scale a fractional text shows up as ts_ns not a multiple of 1000 in 3 cases of 4,
-    so in a file above SMALL_BODY (thousands of events) fractions cannot all hide; one such
-    timestamp sends the file through the exact text path.
+    so in a file above SMALL_BODY (thousands of events) fractions cannot all hide; smaller files
+    with epoch-scale timestamps are simply re-read through the exact text path.
     """
-    return con.execute(
-        "SELECT count(*) FILTER (kind = ?), count(*) FILTER (abs(ts_ns) >= ? AND ts_ns % 1000 <> 0) "
-        "FROM events WHERE run_id = ? AND rank = ?",
-        [DROPPED_KIND, FLOAT_EXACT_LIMIT_NS, run_id, rank]).fetchone()
+    rows = con.execute(
+        "SELECT rank, count(*), count(*) FILTER (kind = ?), count(*) FILTER (abs(ts_ns) >= ?), "
+        "count(*) FILTER (abs(ts_ns) >= ? AND ts_ns % 1000 <> 0) FROM events WHERE run_id = ? GROUP BY rank",
+        [DROPPED_KIND, FLOAT_EXACT_LIMIT_NS, FLOAT_EXACT_LIMIT_NS, run_id]).fetchall()
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
+def needs_exact(body_bytes: int, epoch_ts: int, fractional_ts: int) -> bool:
+    return fractional_ts > 0 or (epoch_ts > 0 and body_bytes < SMALL_BODY)
+
+
+def delete_rank(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> None:
+    con.execute("DELETE FROM events WHERE run_id = ? AND rank = ?", [run_id, rank])
+
+
+def delete_dropped(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    con.execute("DELETE FROM events WHERE run_id = ? AND kind = ?", [run_id, DROPPED_KIND])

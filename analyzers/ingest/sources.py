@@ -14,8 +14,8 @@ import stat
 import tarfile
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Callable

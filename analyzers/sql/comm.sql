@@ -2,9 +2,9 @@
 -- per rank, with what the collectives moved and how fast.
 --
 -- Exposed comm = union(comm kernels) minus union(compute kernels), per rank (HTA's
--- non-overlapped communication; rank_balance computes it). Part of it can be waiting for a straggler: rank_balance
--- (rank_imbalance.sql) measures that as the rank's exposure beyond the straggler's, and it is
--- charged to rank_imbalance, not here. Bandwidths use each collective's true duration (its
+-- non-overlapped communication), as rank_balance (rank_imbalance.sql) computes it. Part of it can
+-- be waiting for a straggler: rank_balance measures that as the rank's exposure beyond the
+-- straggler's, and it is charged to rank_imbalance, not here. Bandwidths use each collective's true duration (its
 -- shortest instance across ranks, collective_instances) so that waiting does not pass for a slow
 -- link; nccl-tests' formulas: algbw = bytes / time, busbw = algbw x bus factor (views.sql).
 

@@ -19,7 +19,9 @@ WITH c AS (
 ), copy_iv AS (
     SELECT rank AS grp, start_ns, end_ns FROM c
 ), compute_iv AS (
-    SELECT rank AS grp, start_ns, end_ns FROM gpu_activity(run) WHERE counted AND category = 'compute'
+    -- only ranks that copy at all: the sweep below is then free on runs without HtoD copies
+    SELECT rank AS grp, start_ns, end_ns FROM gpu_activity(run)
+    WHERE counted AND category = 'compute' AND rank IN (SELECT rank FROM c)
 ), exposed_pieces AS (
     SELECT grp, start_ns, end_ns, dur_ns FROM interval_subtract('copy_iv', 'compute_iv')
 ), exposed AS (

@@ -3,7 +3,7 @@
 -- A gap is a hole in the union of a device's GPU activity (all streams merged, HTA's counted
 -- activity only) between its first and last activity; the gaps of a rank add up to
 -- rank_breakdown.idle_ns. Each gap gets exactly ONE cause, decided from the CPU side, so the
--- findings built on them (dataloader_stall, host_sync, launch_gap) never count time twice:
+-- findings built on them (dataloader_stall, h2d_stall, host_sync, launch_gap) never count time twice:
 --   'dataloader'  the training loop sat in enumerate(DataLoader)...__next__ for at least
 --                 CAUSE_MIN_COVER_FRACTION of the gap (the GPU starved for input)
 --   'h2d_copy'    the CPU was inside a blocking host-to-device copy call (a copy from pageable
@@ -59,56 +59,78 @@ CREATE OR REPLACE MACRO gpu_idle_gaps(run, min_cover_fraction) AS TABLE
 WITH act AS (
     SELECT {'rank': rank, 'device': device} AS grp, start_ns, end_ns FROM gpu_activity(run) WHERE counted
 ), gaps AS (
+    -- ids grow with start time within a device: the sweep below finds a piece's gap as the
+    -- largest id started so far
     SELECT grp, row_number() OVER (ORDER BY grp.rank, grp.device, start_ns) AS id, start_ns, end_ns, dur_ns
     FROM interval_gaps('act')
 ), devices AS (
     SELECT DISTINCT grp FROM act
-), loader AS (
-    SELECT d.grp, l.start_ns, l.end_ns FROM dataloader_spans(run) l JOIN devices d ON d.grp.rank = l.rank
-), syncs AS (
-    SELECT d.grp, s.start_ns, s.end_ns FROM sync_calls(run) s JOIN devices d ON d.grp.rank = s.rank
-), h2d_calls AS (
-    SELECT d.grp, c.launch_start_ns AS start_ns, c.launch_end_ns AS end_ns
-    FROM copies(run) c JOIN devices d ON d.grp.rank = c.rank
-    WHERE c.direction = 'HtoD' AND (c.pageable OR c.synchronous) AND c.launch_start_ns IS NOT NULL
-), h2d_cover AS (
-    SELECT id, covered_ns FROM interval_covered('gaps', 'h2d_calls')
-), h2d_union AS (
-    SELECT grp, start_ns, end_ns FROM interval_union('h2d_calls')
-), h2d_at_start AS (
-    SELECT g.id, s.end_ns >= g.start_ns AS running
-    FROM gaps g ASOF JOIN h2d_union s ON g.grp = s.grp AND g.start_ns >= s.start_ns
-), loader_cover AS (
-    SELECT id, covered_ns FROM interval_covered('gaps', 'loader')
-), sync_cover AS (
-    SELECT id, covered_ns FROM interval_covered('gaps', 'syncs')
-), sync_union AS (
-    SELECT grp, start_ns, end_ns FROM interval_union('syncs')
-), sync_at_start AS (
-    SELECT g.id, s.end_ns >= g.start_ns AS running
-    FROM gaps g ASOF JOIN sync_union s ON g.grp = s.grp AND g.start_ns >= s.start_ns
+), l AS (
+    SELECT * FROM launches(run) WHERE counted
+), cpu_spans AS (
+    -- the host activity that can explain a gap, copied onto every device of its rank
+    SELECT d.grp, 'loader' AS what, s.start_ns, s.end_ns
+    FROM dataloader_spans(run) s JOIN devices d ON d.grp.rank = s.rank
+    UNION ALL
+    SELECT d.grp, 'h2d', l.launch_start_ns, l.launch_end_ns
+    FROM l JOIN devices d ON d.grp.rank = l.rank
+    WHERE l.gpu_kind = 'memcpy' AND regexp_matches(l.gpu_name, '^Memcpy\s+HtoD')
+      AND (contains(l.gpu_name, 'Pageable') OR NOT (contains(lower(l.launch_name), 'async')
+                                                   OR contains(lower(l.launch_name), 'withstream')))
+    UNION ALL
+    SELECT d.grp, 'sync', s.start_ns, s.end_ns FROM sync_calls(run) s JOIN devices d ON d.grp.rank = s.rank
+), edges AS (
+    SELECT grp, start_ns AS ts, id AS gap_id, 1 AS d_gap, 0 AS d_loader, 0 AS d_h2d, 0 AS d_sync FROM gaps
+    UNION ALL
+    SELECT grp, end_ns, NULL, -1, 0, 0, 0 FROM gaps
+    UNION ALL
+    SELECT grp, unnest([start_ns, end_ns]), NULL, 0,
+           CASE WHEN what = 'loader' THEN unnest([1, -1]) ELSE 0 END,
+           CASE WHEN what = 'h2d' THEN unnest([1, -1]) ELSE 0 END,
+           CASE WHEN what = 'sync' THEN unnest([1, -1]) ELSE 0 END
+    FROM cpu_spans WHERE end_ns >= start_ns
+), swept AS (
+    -- one sweep over all edges: which sets are open on each piece of the time line (raw CPU
+    -- spans may overlap; a count above zero is "inside")
+    SELECT ts AS start_ns, lead(ts) OVER w AS end_ns,
+           max(gap_id) OVER (w ROWS UNBOUNDED PRECEDING) AS gap_id,
+           sum(d_gap) OVER (w ROWS UNBOUNDED PRECEDING) AS open_gap,
+           sum(d_loader) OVER (w ROWS UNBOUNDED PRECEDING) AS open_loader,
+           sum(d_h2d) OVER (w ROWS UNBOUNDED PRECEDING) AS open_h2d,
+           sum(d_sync) OVER (w ROWS UNBOUNDED PRECEDING) AS open_sync
+    FROM edges
+    WINDOW w AS (PARTITION BY grp ORDER BY ts, d_gap, d_loader, d_h2d, d_sync)
+), per_gap AS (
+    SELECT gap_id,
+           sum(end_ns - start_ns) FILTER (WHERE open_loader > 0) AS loader_ns,
+           sum(end_ns - start_ns) FILTER (WHERE open_h2d > 0) AS h2d_ns,
+           sum(end_ns - start_ns) FILTER (WHERE open_sync > 0) AS sync_ns,
+           arg_min(open_h2d > 0, start_ns) AS h2d_at_start,      -- state on the gap's first piece
+           arg_min(open_sync > 0, start_ns) AS sync_at_start
+    FROM swept
+    WHERE end_ns > start_ns AND open_gap > 0
+    GROUP BY gap_id
 ), next_work AS (
-    -- the GPU activity that ends the gap starts exactly at its end (it is the next interval)
-    SELECT {'rank': rank, 'device': device} AS grp, gpu_start_ns, launch_name, launch_start_ns, gpu_name
-    FROM launches(run) WHERE counted
-    QUALIFY row_number() OVER (PARTITION BY rank, device, gpu_start_ns ORDER BY launch_start_ns) = 1
+    -- the GPU activity that ends the gap starts exactly at its end (it is the next interval);
+    -- of several starting together, the one launched first
+    SELECT g.id, arg_min(l.launch_name, l.launch_start_ns) AS launch_name,
+           min(l.launch_start_ns) AS launch_start_ns, arg_min(l.gpu_name, l.launch_start_ns) AS gpu_name
+    FROM gaps g JOIN l ON l.rank = g.grp.rank AND l.device = g.grp.device AND l.gpu_start_ns = g.end_ns
+    GROUP BY g.id
 ), classified AS (
     SELECT g.grp, g.id, g.start_ns, g.end_ns, g.dur_ns,
-           coalesce(lc.covered_ns, 0) AS loader_ns, coalesce(sc.covered_ns, 0) AS sync_ns,
-           coalesce(ss.running, false) AS sync_at_start,
-           coalesce(hc.covered_ns, 0) AS h2d_ns, coalesce(hs.running, false) AS h2d_at_start,
+           coalesce(p.loader_ns, 0) AS loader_ns, coalesce(p.sync_ns, 0) AS sync_ns,
+           coalesce(p.sync_at_start, false) AS sync_at_start,
+           coalesce(p.h2d_ns, 0) AS h2d_ns, coalesce(p.h2d_at_start, false) AS h2d_at_start,
            n.launch_name AS next_launch_name, n.launch_start_ns AS next_launch_start_ns, n.gpu_name AS next_gpu_name
     FROM gaps g
-    LEFT JOIN loader_cover lc ON lc.id = g.id
-    LEFT JOIN sync_cover sc ON sc.id = g.id
-    LEFT JOIN sync_at_start ss ON ss.id = g.id
-    LEFT JOIN h2d_cover hc ON hc.id = g.id
-    LEFT JOIN h2d_at_start hs ON hs.id = g.id
-    LEFT JOIN next_work n ON n.grp = g.grp AND n.gpu_start_ns = g.end_ns
+    LEFT JOIN per_gap p ON p.gap_id = g.id
+    LEFT JOIN next_work n ON n.id = g.id
 )
 SELECT c.grp.rank AS rank, c.grp.device AS device, c.id AS gap_id, c.start_ns, c.end_ns, c.dur_ns,
        CASE WHEN c.start_ns < st.end_ns THEN st.step END AS step,
-       c.loader_ns, c.h2d_ns, c.h2d_at_start, c.sync_ns, c.sync_at_start, c.next_launch_name, c.next_launch_start_ns, c.next_gpu_name,
+       c.loader_ns, c.h2d_ns, c.h2d_at_start, c.sync_ns, c.sync_at_start, c.next_launch_name,
+       c.next_launch_start_ns, c.next_gpu_name,
        -- CPU-side causes only apply when the GPU had nothing queued: work launched before
        -- the GPU went idle waited on something else (launch latency, another stream)
        CASE WHEN c.next_launch_start_ns < c.start_ns THEN 'gpu_wait'
@@ -123,6 +145,8 @@ ASOF LEFT JOIN steps(run) st ON c.grp.rank = st.rank AND c.start_ns >= st.start_
 -- gap_causes(run, min_cover_fraction): idle time per rank and cause, with the worst step.
 -- Columns:
 --   rank, cause, gaps (count), idle_ns (total), longest_gap_ns
+--   long_idle_ns, long_gaps             the part in gaps of 1 ms or more (CPU busy elsewhere,
+--                                       not per-launch overhead)
 --   worst_step, worst_step_idle_ns       the step losing most to this cause
 --   worst_start_ns, worst_end_ns         the longest gap of that cause (the window to look at)
 CREATE OR REPLACE MACRO gap_causes(run, min_cover_fraction) AS TABLE
@@ -135,6 +159,8 @@ WITH g AS (
     FROM per_step GROUP BY ALL
 )
 SELECT g.rank, g.cause, count(*) AS gaps, sum(g.dur_ns) AS idle_ns, max(g.dur_ns) AS longest_gap_ns,
+       coalesce(sum(g.dur_ns) FILTER (WHERE g.dur_ns >= 1000000), 0) AS long_idle_ns,
+       count(*) FILTER (WHERE g.dur_ns >= 1000000) AS long_gaps,
        any_value(w.worst_step) AS worst_step, any_value(w.worst_step_idle_ns) AS worst_step_idle_ns,
        arg_max(g.start_ns, g.dur_ns) AS worst_start_ns, arg_max(g.end_ns, g.dur_ns) AS worst_end_ns
 FROM g LEFT JOIN worst_step w ON w.rank = g.rank AND w.cause = g.cause
@@ -157,7 +183,10 @@ GROUP BY g.rank, g.cause;
 CREATE OR REPLACE MACRO launch_stats(run, delay_outlier_ns, runtime_outlier_ns, tiny_kernel_ns) AS TABLE
 WITH l AS (
     SELECT * FROM launches(run)
-    WHERE counted AND regexp_matches(launch_name, '^(cuda|hip|hipExtModule|cu)(LaunchKernel|LaunchKernelExC|MemcpyAsync|MemsetAsync|ModuleLaunchKernel|LaunchCooperativeKernel)')
+    WHERE counted AND launch_name IN ('cudaLaunchKernel', 'cudaLaunchKernelExC', 'cudaMemcpyAsync', 'cudaMemsetAsync',
+                                      'cudaLaunchCooperativeKernel', 'cuLaunchKernel', 'cuLaunchKernelEx',
+                                      'hipLaunchKernel', 'hipExtModuleLaunchKernel', 'hipModuleLaunchKernel',
+                                      'hipMemcpyAsync', 'hipMemsetAsync', 'hipMemcpyWithStream')
 ), optimizer_spans AS (
     SELECT rank, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
     FROM events
@@ -178,7 +207,8 @@ SELECT l.rank, count(*) AS launches,
        avg(CASE WHEN gpu_kind = 'kernel' THEN (gpu_dur_ns < tiny_kernel_ns)::INT END) AS tiny_kernel_share,
        avg(CASE WHEN gpu_kind = 'kernel' THEN gpu_dur_ns END) AS mean_kernel_ns,
        avg(launch_dur_ns) AS mean_launch_cpu_ns,
-       avg(CASE WHEN gpu_kind = 'kernel' THEN regexp_matches(gpu_name, 'elementwise|vectorized|unrolled_elementwise|reduce_kernel')::INT END) AS elementwise_kernel_share,
+       avg(CASE WHEN gpu_kind = 'kernel' THEN (contains(gpu_name, 'elementwise') OR contains(gpu_name, 'vectorized')
+                                                OR contains(gpu_name, 'reduce_kernel'))::INT END) AS elementwise_kernel_share,
        (SELECT avg(inside::INT) FROM in_optimizer o WHERE o.rank = l.rank) AS optimizer_kernel_share
 FROM l
 GROUP BY l.rank;

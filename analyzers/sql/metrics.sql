@@ -21,23 +21,43 @@
 CREATE OR REPLACE MACRO rank_breakdown(run) AS TABLE
 WITH act AS (
     SELECT rank AS grp, start_ns, end_ns, category FROM gpu_activity(run) WHERE counted
-), compute_act AS (
-    SELECT grp, start_ns, end_ns FROM act WHERE category = 'compute'
-), comm_act AS (
-    SELECT grp, start_ns, end_ns FROM act WHERE category = 'comm'
 ), span AS (
     SELECT grp, min(start_ns) AS first_gpu_ns, max(end_ns) AS last_gpu_ns, count(*) AS gpu_events
     FROM act GROUP BY grp
-), busy AS (
-    SELECT grp, sum(dur_ns) AS busy_ns FROM interval_union('act') GROUP BY grp
-), compute AS (
-    SELECT grp, sum(dur_ns) AS compute_ns FROM interval_union('compute_act') GROUP BY grp
-), comm AS (
-    SELECT grp, sum(dur_ns) AS comm_ns FROM interval_union('comm_act') GROUP BY grp
-), overlap AS (
-    SELECT grp, sum(dur_ns) AS comm_overlap_ns FROM interval_intersect('comm_act', 'compute_act') GROUP BY grp
+), edges AS (
+    -- one sweep for every figure (the interval_union / interval_intersect of intervals.sql,
+    -- fused): per time point, how many compute / comm / memory intervals open or close there
+    SELECT grp, ts, sum(d_compute) AS d_compute, sum(d_comm) AS d_comm, sum(d_memory) AS d_memory
+    FROM (
+        SELECT grp, unnest([start_ns, end_ns]) AS ts,
+               CASE WHEN category = 'compute' THEN unnest([1, -1]) ELSE 0 END AS d_compute,
+               CASE WHEN category = 'comm' THEN unnest([1, -1]) ELSE 0 END AS d_comm,
+               CASE WHEN category = 'memory' THEN unnest([1, -1]) ELSE 0 END AS d_memory
+        FROM act WHERE end_ns >= start_ns
+    )
+    GROUP BY grp, ts
+), pieces AS (
+    SELECT grp, lead(ts) OVER w - ts AS len,
+           sum(d_compute) OVER (w ROWS UNBOUNDED PRECEDING) AS n_compute,
+           sum(d_comm) OVER (w ROWS UNBOUNDED PRECEDING) AS n_comm,
+           sum(d_memory) OVER (w ROWS UNBOUNDED PRECEDING) AS n_memory
+    FROM edges
+    WINDOW w AS (PARTITION BY grp ORDER BY ts)
+), sums AS (
+    SELECT grp,
+           coalesce(sum(len) FILTER (WHERE n_compute > 0 OR n_comm > 0 OR n_memory > 0), 0) AS busy_ns,
+           coalesce(sum(len) FILTER (WHERE n_compute > 0), 0) AS compute_ns,
+           coalesce(sum(len) FILTER (WHERE n_comm > 0), 0) AS comm_ns,
+           coalesce(sum(len) FILTER (WHERE n_comm > 0 AND n_compute > 0), 0) AS comm_overlap_ns
+    FROM pieces WHERE len > 0
+    GROUP BY grp
 ), h2d AS (
-    SELECT rank AS grp, sum(dur_ns) AS h2d_ns FROM copies(run) WHERE counted AND direction = 'HtoD' GROUP BY rank
+    -- direction as copies(run) reads it (name, else args.kind), without its launch join
+    SELECT rank AS grp, sum(dur_ns) AS h2d_ns
+    FROM gpu_activity(run)
+    WHERE counted AND kind = 'memcpy'
+      AND coalesce(nullif(regexp_extract(name, '^Memcpy\s+(\w+)', 1), ''), json_extract_string(args, '$.kind')) = 'HtoD'
+    GROUP BY rank
 ), step_stats AS (
     SELECT rank AS grp, count(*) AS n_steps, avg(dur_ns) AS mean_step_ns FROM steps(run) GROUP BY rank
 )
@@ -46,20 +66,17 @@ SELECT r.rank,
        coalesce(st.mean_step_ns, span.last_gpu_ns - span.first_gpu_ns) AS mean_step_ns,
        greatest(coalesce(st.n_steps, 0), 1) AS steps_divisor,
        span.first_gpu_ns, span.last_gpu_ns, span.last_gpu_ns - span.first_gpu_ns AS span_ns,
-       busy.busy_ns,
-       span.last_gpu_ns - span.first_gpu_ns - busy.busy_ns AS idle_ns,
-       CASE WHEN span.grp IS NOT NULL THEN coalesce(compute.compute_ns, 0) END AS compute_ns,
-       busy.busy_ns - coalesce(compute.compute_ns, 0) AS non_compute_ns,
-       CASE WHEN span.grp IS NOT NULL THEN coalesce(comm.comm_ns, 0) END AS comm_ns,
-       CASE WHEN span.grp IS NOT NULL THEN coalesce(overlap.comm_overlap_ns, 0) END AS comm_overlap_ns,
+       CASE WHEN span.grp IS NOT NULL THEN coalesce(sums.busy_ns, 0) END AS busy_ns,
+       span.last_gpu_ns - span.first_gpu_ns - coalesce(sums.busy_ns, 0) AS idle_ns,
+       CASE WHEN span.grp IS NOT NULL THEN coalesce(sums.compute_ns, 0) END AS compute_ns,
+       CASE WHEN span.grp IS NOT NULL THEN coalesce(sums.busy_ns, 0) - coalesce(sums.compute_ns, 0) END AS non_compute_ns,
+       CASE WHEN span.grp IS NOT NULL THEN coalesce(sums.comm_ns, 0) END AS comm_ns,
+       CASE WHEN span.grp IS NOT NULL THEN coalesce(sums.comm_overlap_ns, 0) END AS comm_overlap_ns,
        CASE WHEN span.grp IS NOT NULL THEN coalesce(h2d.h2d_ns, 0) END AS h2d_ns,
        coalesce(span.gpu_events, 0) AS gpu_events
 FROM ranks r
 LEFT JOIN step_stats st ON st.grp = r.rank
 LEFT JOIN span ON span.grp = r.rank
-LEFT JOIN busy ON busy.grp = r.rank
-LEFT JOIN compute ON compute.grp = r.rank
-LEFT JOIN comm ON comm.grp = r.rank
-LEFT JOIN overlap ON overlap.grp = r.rank
+LEFT JOIN sums ON sums.grp = r.rank
 LEFT JOIN h2d ON h2d.grp = r.rank
 WHERE r.run_id = run;

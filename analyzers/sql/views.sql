@@ -57,8 +57,9 @@ FROM activity a
 LEFT JOIN launched_in_steps l ON a.rank = l.rank AND a.correlation = l.correlation;
 
 
--- launches(run): each CPU runtime/driver call joined to the GPU activity it started (same
--- correlation id), e.g. cudaLaunchKernel -> kernel, cudaMemcpyAsync -> memcpy.
+-- launches(run): each GPU activity joined to the CPU runtime/driver call that started it (same
+-- correlation id, the call starting before the work), e.g. cudaLaunchKernel -> kernel,
+-- cudaMemcpyAsync -> memcpy. GPU activity without a launch call in the trace is left out.
 -- Columns:
 --   run_id, rank, correlation
 --   launch_name, launch_tid, launch_start_ns, launch_end_ns, launch_dur_ns   (the CPU call)
@@ -66,22 +67,32 @@ LEFT JOIN launched_in_steps l ON a.rank = l.rank AND a.correlation = l.correlati
 --   launch_delay_ns  time from the end of the CPU call to the start of the GPU work, floored at
 --                    0 (HTA's get_cuda_kernel_launch_stats definition)
 CREATE OR REPLACE MACRO launches(run) AS TABLE
-WITH calls AS (
-    -- prefer the runtime call when both a runtime and a driver event carry the id
-    SELECT rank, correlation, name, tid, ts_ns, dur_ns
-    FROM events
-    WHERE run_id = run AND kind IN ('runtime', 'driver') AND correlation IS NOT NULL
-    QUALIFY row_number() OVER (PARTITION BY rank, correlation
-                               ORDER BY (kind = 'runtime') DESC, ts_ns) = 1
+WITH runtime_calls AS (
+    SELECT rank, correlation, name, tid, ts_ns, dur_ns FROM events
+    WHERE run_id = run AND kind = 'runtime' AND correlation IS NOT NULL
+), driver_calls AS (
+    SELECT rank, correlation, name, tid, ts_ns, dur_ns FROM events
+    WHERE run_id = run AND kind = 'driver' AND correlation IS NOT NULL
+), matched AS (
+    -- ASOF: the latest call with the same id that started before the GPU work did. Ids are
+    -- unique per rank in a normal trace; where they repeat (concatenated traces) this still
+    -- pairs each activity with its own launch instead of multiplying rows. The runtime call
+    -- wins over a driver call carrying the same id.
+    SELECT g.*,
+           coalesce(r.name, d.name) AS launch_name, coalesce(r.tid, d.tid) AS launch_tid,
+           coalesce(r.ts_ns, d.ts_ns) AS launch_start_ns,
+           CASE WHEN r.ts_ns IS NOT NULL THEN r.dur_ns ELSE d.dur_ns END AS launch_dur_ns
+    FROM gpu_activity(run) g
+    ASOF LEFT JOIN runtime_calls r ON g.rank = r.rank AND g.correlation = r.correlation AND g.start_ns >= r.ts_ns
+    ASOF LEFT JOIN driver_calls d ON g.rank = d.rank AND g.correlation = d.correlation AND g.start_ns >= d.ts_ns
 )
-SELECT g.run_id, g.rank, g.correlation,
-       c.name AS launch_name, c.tid AS launch_tid, c.ts_ns AS launch_start_ns,
-       c.ts_ns + coalesce(c.dur_ns, 0) AS launch_end_ns, c.dur_ns AS launch_dur_ns,
-       g.kind AS gpu_kind, g.name AS gpu_name, g.category, g.device, g.stream,
-       g.start_ns AS gpu_start_ns, g.end_ns AS gpu_end_ns, g.dur_ns AS gpu_dur_ns, g.bytes, g.counted,
-       greatest(g.start_ns - (c.ts_ns + coalesce(c.dur_ns, 0)), 0) AS launch_delay_ns
-FROM gpu_activity(run) g
-JOIN calls c ON g.rank = c.rank AND g.correlation = c.correlation;
+SELECT run_id, rank, correlation, launch_name, launch_tid, launch_start_ns,
+       launch_start_ns + coalesce(launch_dur_ns, 0) AS launch_end_ns, launch_dur_ns,
+       kind AS gpu_kind, name AS gpu_name, category, device, stream,
+       start_ns AS gpu_start_ns, end_ns AS gpu_end_ns, dur_ns AS gpu_dur_ns, bytes, counted,
+       greatest(start_ns - (launch_start_ns + coalesce(launch_dur_ns, 0)), 0) AS launch_delay_ns
+FROM matched
+WHERE launch_start_ns IS NOT NULL;
 
 
 -- copies(run): memory copies with direction, memory kinds and achieved bandwidth.
@@ -109,7 +120,7 @@ SELECT g.run_id, g.rank, g.device, g.stream, g.name, g.start_ns, g.end_ns, g.dur
        coalesce(l.launch_name IS NOT NULL AND NOT contains(lower(l.launch_name), 'async')
                 AND NOT contains(lower(l.launch_name), 'withstream'), false) AS synchronous
 FROM gpu_activity(run) g
-LEFT JOIN launches(run) l ON g.rank = l.rank AND g.correlation = l.correlation
+LEFT JOIN (SELECT * FROM launches(run) WHERE gpu_kind = 'memcpy') l ON g.rank = l.rank AND g.correlation = l.correlation
                            AND g.start_ns = l.gpu_start_ns AND g.stream IS NOT DISTINCT FROM l.stream
 WHERE g.kind = 'memcpy';
 

@@ -52,8 +52,8 @@ def evidence(finding: dict) -> None:
     for key, series in charts.metric_series(finding["metrics"])[:2]:
         st.plotly_chart(charts.metric_bars(key, series), width="stretch", key=f"ev-{finding['id']}-{key}")
     if finding["metrics"]:
-        with st.expander("Measured evidence (metrics)"):
-            st.json(finding["metrics"])
+        st.caption("Measured evidence (metrics), click to unfold:")
+        st.json(finding["metrics"], expanded=False)
 
 
 def fixes(finding: dict) -> None:
@@ -86,12 +86,17 @@ def mark_form(finding: dict) -> None:
         note = right.text_input("Note", value=finding["mark_note"], max_chars=500)
         if button.form_submit_button("Save mark"):
             state.write(run_store.set_mark, run_id, finding["id"], status, note)
-            st.toast(f"Marked {finding['id']}: {ui.MARK_LABELS[status]}")
+            st.toast(f"Marked {ui.md(finding['id'])}: {ui.MARK_LABELS[status]}")
             st.rerun()
 
 
+OPEN_CARDS = 3  # the costliest findings open; the rest folded, so the page stays scannable
+
 for position, finding in enumerate(found, start=1):
-    with st.container(border=True):
+    folded_label = (f"{position}. {ui.kind_title(finding['kind'])} — {finding['cost_ms_per_step']:,.2f} ms/step "
+                    f"({finding['cost_pct']:.1f} % of step) · {ui.md(ui.where(finding))}")
+    card = st.container(border=True) if position <= OPEN_CARDS else st.expander(folded_label)
+    with card:
         head, cost = st.columns([4, 1])
         head.subheader(f"{position}. {ui.kind_title(finding['kind'])} {ui.severity(finding['severity'])}")
         head.markdown(ui.md(finding["summary"]))

@@ -23,7 +23,8 @@ def run_ingest(paths: list[str], name: str | None) -> None:
     bar = st.progress(0.0, text="Starting…")
 
     def progress(stage: str, file: str, fraction: float) -> None:
-        bar.progress(min(max(float(fraction or 0.0), 0.0), 1.0), text=f"{stage}: {Path(str(file)).name}")
+        name = Path(str(file)).name if file else ""
+        bar.progress(min(max(float(fraction or 0.0), 0.0), 1.0), text=f"{stage}: {name}" if name else f"{stage}…")
 
     try:
         outcome = state.ingest(paths, name=name or None, progress=progress)
