@@ -22,7 +22,7 @@ import duckdb
 from analyzers import thresholds as th
 from analyzers.metrics import rank_breakdown_rows
 from analyzers.model import Finding
-from analyzers.sqlrun import ensure_loaded
+from analyzers.sqlrun import ensure_loaded, run_cache
 
 ANALYSES_PACKAGE = "analyzers.analyses"
 
@@ -181,13 +181,14 @@ def run_analyses(con: duckdb.DuckDBPyConnection, run_id: str,
                  thresholds: Mapping[str, Any] | None = None) -> tuple[list[Finding], list[str]]:
     """Every analysis on the run: (findings ranked by cost, notes). Stores nothing."""
     ensure_loaded(con)
-    ctx = build_context(con, run_id, thresholds)
-    findings: list[Finding] = []
-    for module in analysis_modules():
-        try:
-            findings.extend(module.find(con, run_id, ctx))
-        except duckdb.Error as exc:  # one broken analysis must not hide the others' findings
-            ctx.notes.append(f"The {module.KIND} analysis failed on this run: {exc}")
+    with run_cache(con, run_id):   # the shared per-run views, computed once for all analyses
+        ctx = build_context(con, run_id, thresholds)
+        findings: list[Finding] = []
+        for module in analysis_modules():
+            try:
+                findings.extend(module.find(con, run_id, ctx))
+            except duckdb.Error as exc:  # one broken analysis must not hide the others' findings
+                ctx.notes.append(f"The {module.KIND} analysis failed on this run: {exc}")
     min_pct = ctx.thresholds["MIN_FINDING_PCT"]
     findings = [f for f in findings if f.cost_pct >= min_pct]
     for f in findings:

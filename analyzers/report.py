@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 import duckdb
 
 from analyzers.metrics import rank_summary
+from analyzers.queries import time_bounds
 from analyzers.sqlrun import ensure_loaded
 
 RANK_COLUMNS = [("rank", "Rank"), ("steps", "Steps"), ("step_time_ms", "Step (ms)"), ("idle_pct", "Idle %"),
@@ -61,9 +62,12 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[A
         return {"run": None, "errors": error_list + [{"file": "", "error": f"no stored run with id {run_id!r}"}],
                 "ranks": [], "findings": [], "notes": []}
     rank_rows = con.execute("SELECT rank, file_name FROM ranks WHERE run_id = ? ORDER BY rank", [run_id]).fetchall()
+    bounds = time_bounds(con, run_id)
     return {
         "run": {"run_id": run[0], "name": run[1], "world_size": run[2],
-                "ranks": [r for r, _ in rank_rows], "files": [f for _, f in rank_rows]},
+                "ranks": [r for r, _ in rank_rows], "files": [f for _, f in rank_rows],
+                # the run's first event (µs), so finding windows can be read as "ms into the trace"
+                "start_us": None if bounds is None else bounds[0] / 1000.0},
         "errors": error_list,
         "ranks": rank_summary(con, run_id),
         "findings": _stored_findings(con, run_id),
@@ -85,7 +89,8 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
-def _where(f: Mapping[str, Any]) -> str:
+def _where(f: Mapping[str, Any], origin_us: float | None = None) -> str:
+    """rank, step, stream and the window, in ms after origin_us (the run's first event) when known."""
     parts = []
     if f.get("rank") is not None:
         parts.append(f"rank {f['rank']}")
@@ -94,7 +99,11 @@ def _where(f: Mapping[str, Any]) -> str:
     if f.get("stream") is not None:
         parts.append(f"stream {f['stream']}")
     if f.get("start_us") is not None and f.get("end_us") is not None:
-        parts.append(f"{(f['end_us'] - f['start_us']) / 1000:,.2f} ms window from t={f['start_us']:,.0f} µs")
+        if origin_us is None:
+            parts.append(f"{(f['end_us'] - f['start_us']) / 1000:,.2f} ms window from t={f['start_us']:,.0f} µs")
+        else:
+            parts.append(f"window {(f['start_us'] - origin_us) / 1000:,.3f}–{(f['end_us'] - origin_us) / 1000:,.3f} ms "
+                         "into the trace")
     return ", ".join(parts) or "whole run"
 
 
@@ -122,6 +131,7 @@ def _md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
 def render_markdown(report: Mapping[str, Any]) -> str:
     """A human-readable Markdown report: top findings, per-rank figures, then each finding."""
     run = report.get("run") or {}
+    origin = run.get("start_us")
     lines = [f"# TraceDoctor report: {_md_text(run.get('name', 'no run'))}", ""]
     if run:
         lines += [f"Run `{_md_cell(run.get('run_id'))}` · world size {_md_cell(run.get('world_size'))} · "
@@ -138,7 +148,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines += ["## Top findings", ""]
     if findings:
         lines += _md_table(["#", "Severity", "Kind", "Where", "Cost (ms/step)", "Cost (% of step)", "Fixes"],
-                           [[i + 1, f.get("severity"), f.get("kind"), _where(f), f.get("cost_ms_per_step"),
+                           [[i + 1, f.get("severity"), f.get("kind"), _where(f, origin), f.get("cost_ms_per_step"),
                              f.get("cost_pct"), ", ".join(f.get("fixes") or []) or "–"]
                             for i, f in enumerate(findings[:10])])
     else:
@@ -152,8 +162,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     for i, f in enumerate(findings):
         lines += ["", f"### {i + 1}. {_md_text(f.get('kind'))} ({_md_text(f.get('severity'))}) — {_md_text(f.get('id'))}", "",
                   _md_text(f.get("summary")), "",
-                  f"- **Where:** {_md_text(_where(f))}",
-                  f"- **Cost:** {_fmt(f.get('cost_ms_per_step'), 3)} ms of GPU time per step "
+                  f"- **Where:** {_md_text(_where(f, origin))}",
+                  f"- **Cost:** {_fmt(f.get('cost_ms_per_step'), 3)} ms lost per step "
                   f"({_fmt(f.get('cost_pct'))}% of the mean step)",
                   f"- **Fixes:** " + (", ".join(f"`{_md_cell(x)}` (`python -m accel.demo {_md_cell(x)}`)"
                                                 for x in f.get("fixes") or []) or "none registered")]
@@ -193,6 +203,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     """A self-contained HTML page (inline CSS, no scripts, no external resources); every string
     from the report is escaped."""
     run = report.get("run") or {}
+    origin = run.get("start_us")
     parts = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
              f"<title>TraceDoctor report: {_h(run.get('name', 'no run'))}</title>",
              f"<style>{_CSS}</style></head><body>",
@@ -210,7 +221,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     if findings:
         rows = []
         for i, f in enumerate(findings[:10]):
-            rows.append([i + 1, f.get("severity"), f.get("kind"), _where(f), f.get("cost_ms_per_step"),
+            rows.append([i + 1, f.get("severity"), f.get("kind"), _where(f, origin), f.get("cost_ms_per_step"),
                          f.get("cost_pct"), ", ".join(f.get("fixes") or []) or "–"])
         parts.append(_html_table(["#", "Severity", "Kind", "Where", "Cost (ms/step)", "Cost (% of step)", "Fixes"], rows))
     else:
@@ -227,7 +238,7 @@ def render_html(report: Mapping[str, Any]) -> str:
             f"<div class=\"finding\"><h3>{i + 1}. {_h(f.get('kind'))} <span class=\"sev-{sev}\">{_h(f.get('severity'))}</span>"
             f" <small><code>{_h(f.get('id'))}</code></small></h3>"
             f"<p>{_h(f.get('summary'))}</p>"
-            f"<p><b>Where:</b> {_h(_where(f))}<br><b>Cost:</b> {_h(_fmt(f.get('cost_ms_per_step'), 3))} ms of GPU time "
+            f"<p><b>Where:</b> {_h(_where(f, origin))}<br><b>Cost:</b> {_h(_fmt(f.get('cost_ms_per_step'), 3))} ms lost "
             f"per step ({_h(f.get('cost_pct'))}% of the mean step)</p><p><b>Fixes:</b></p><ul>{fixes}</ul>"
             + (f"<details><summary>Evidence</summary>{_html_table(['Metric', 'Value'], [[k, v] for k, v in metrics.items()])}</details>"
                if metrics else "")

@@ -30,10 +30,7 @@ typed AS (
 kinded AS (
     SELECT *,
         CASE
-            -- CASE arms, not IN lists: DuckDB turns an IN list of 4+ constants into a hash join
-            WHEN ph = 's' OR ph = 'f' OR ph = 't' THEN 'flow'
-            WHEN CASE lcat WHEN 'ac2g' THEN true WHEN 'async_cpu_to_gpu' THEN true WHEN 'fwdbwd' THEN true
-                           WHEN 'async' THEN true WHEN 'flow' THEN true ELSE false END THEN 'flow'
+            WHEN ph IN ('s', 'f', 't') OR lcat IN ('async', 'ac2g', 'async_cpu_to_gpu', 'fwdbwd', 'flow') THEN 'flow'
             WHEN ph = 'M' THEN 'metadata'
             WHEN ph = 'C' THEN 'counter'
             WHEN lcat = 'kernel' THEN 'kernel'
@@ -51,11 +48,6 @@ kinded AS (
             ELSE 'other'
         END AS kind
     FROM typed
-),
-gpu AS (
-    SELECT *, CASE kind WHEN 'kernel' THEN true WHEN 'memcpy' THEN true WHEN 'memset' THEN true
-                        WHEN 'cuda_sync' THEN true WHEN 'gpu_user_annotation' THEN true ELSE false END AS on_gpu
-    FROM kinded
 )
 SELECT
     $run_id,
@@ -71,8 +63,10 @@ SELECT
     CASE WHEN ph IN ('i', 'I') THEN coalesce(dur_ns, 0) ELSE dur_ns END,
     pid,
     tid,
-    CASE WHEN on_gpu THEN TRY_CAST(coalesce(a.device, TRY_CAST(pid AS BIGINT)) AS INTEGER) END,
-    CASE WHEN on_gpu THEN TRY_CAST(coalesce(a.stream, TRY_CAST(tid AS BIGINT),
+    CASE WHEN kind IN ('kernel', 'memcpy', 'memset', 'cuda_sync', 'gpu_user_annotation')
+         THEN TRY_CAST(coalesce(a.device, TRY_CAST(pid AS BIGINT)) AS INTEGER) END,
+    CASE WHEN kind IN ('kernel', 'memcpy', 'memset', 'cuda_sync', 'gpu_user_annotation')
+         THEN TRY_CAST(coalesce(a.stream, TRY_CAST(tid AS BIGINT),
                                 TRY_CAST(regexp_extract(tid, '^\s*stream\s+(\d+)', 1) AS BIGINT)) AS INTEGER) END,
     CASE WHEN kind = 'flow' THEN coalesce(TRY_CAST(flow_id AS BIGINT), a.correlation)
          ELSE a.correlation END,
@@ -82,4 +76,4 @@ SELECT
              THEN TRY_CAST(json_extract_string(args, '$."external id"') AS BIGINT) END,
     CASE WHEN kind IN ('memcpy', 'memset') THEN a.bytes END,
     args
-FROM gpu
+FROM kinded
