@@ -144,7 +144,9 @@ def _load_samples(path: str, manifest: str | None) -> list[FileError]:
     with current.write_lock:
         con = current.con.cursor()
         try:
-            for entry in entries:
+            # Newest run first everywhere (list_runs): ingest the manifest backwards so its first
+            # entry, the most telling sample, is the newest and the run a new session opens on.
+            for entry in reversed(entries):
                 try:
                     paths = [str(base / p) for p in entry.get("paths", [])]
                     result = ingest_paths(con, paths, name=entry.get("name"))

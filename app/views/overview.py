@@ -37,17 +37,21 @@ else:
 if len(summary) and summary["idle_pct"].notna().any():
     cols[3].metric("GPU idle", f"{summary['idle_pct'].mean():.1f} %", help="HTA definition: % of the GPU span")
 else:
-    cols[3].metric("GPU idle", "no GPU activity")
+    cols[3].metric("GPU idle", "–", help="no GPU activity in this trace")
 cols[4].metric("Findings", len(found),
                help="costed problems, ranked by GPU time lost per step")
 
-if len(summary) and summary["idle_pct"].isna().all():
+cpu_only = bool(len(summary)) and summary["idle_pct"].isna().all()
+if cpu_only:
     st.info("This run has no GPU activity (kernels, copies): a CPU-only trace. "
             "Step times are shown; GPU findings do not apply.")
 
 left, right = st.columns([3, 2])
 with left:
-    if len(per_rank):
+    if cpu_only:
+        st.plotly_chart(charts.per_rank_bars(summary["step_time_ms"], summary["rank"], "Mean step time per rank (CPU-only trace)"),
+                        width="stretch")
+    elif len(per_rank):
         st.plotly_chart(charts.breakdown_bars(per_rank, "Where a step's time goes, per rank (mean ms per step)"),
                         width="stretch")
         st.caption("Each instant of a step counts once: compute, else exposed communication, "
