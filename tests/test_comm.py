@@ -7,29 +7,18 @@ import json
 import pytest
 
 from analyzers.analyses import comm_exposed
-from analyzers.findings import build_context
-from analyzers.ingest import ingest_paths
-from analyzers.sqlrun import ensure_loaded
-from analyzers.store import connect
+from analysis_support import ingest_clean, run_analysis
 from sample_traces.synthesize import Workload, synthesize
 
 
-def _ingest(paths):
-    con = connect(":memory:")
-    result = ingest_paths(con, [str(p) for p in paths])
-    assert result.run_id and not result.errors
-    ensure_loaded(con)
-    return con, result.run_id
-
-
 def _find(con, run_id, **thresholds):
-    return comm_exposed.find(con, run_id, build_context(con, run_id, thresholds or None))
+    return run_analysis(comm_exposed, con, run_id, **thresholds)
 
 
 @pytest.fixture(scope="module")
 def exposed_run(tmp_path_factory):
     truth = synthesize(tmp_path_factory.mktemp("exposed"), "exposed_comm", steps=3, seed=5)
-    con, run_id = _ingest(truth["files"])
+    con, run_id = ingest_clean(truth["files"])
     return truth, con, run_id
 
 
@@ -63,7 +52,7 @@ def test_exposed_comm_metrics_describe_small_serialised_buckets(exposed_run):
 
 def test_straggler_waiting_not_counted_as_exposed_comm(tmp_path):
     truth = synthesize(tmp_path, "straggler", steps=3)
-    con, run_id = _ingest(truth["files"])
+    con, run_id = ingest_clean(truth["files"])
     # the waiting ranks' comm is mostly exposed, but it is waiting for rank 2 ...
     rows = {r[0]: r[1:] for r in con.execute(
         "SELECT rank, exposed_ns_per_step, imbalance_wait_ns_per_step, cost_ns, mean_step_ns "
@@ -83,7 +72,7 @@ def test_straggler_waiting_not_counted_as_exposed_comm(tmp_path):
 
 def test_control_comm_is_hidden(tmp_path):
     truth = synthesize(tmp_path, "control", steps=3)
-    con, run_id = _ingest(truth["files"])
+    con, run_id = ingest_clean(truth["files"])
     assert all(f.cost_pct < 1.0 for f in _find(con, run_id, MIN_FINDING_PCT=0.0))
     overlap = [r[0] for r in con.execute("SELECT overlap_pct FROM comm_exposure(?)", [run_id]).fetchall()]
     assert len(overlap) == 2 and all(o > 95 for o in overlap)
@@ -91,7 +80,7 @@ def test_control_comm_is_hidden(tmp_path):
 
 def test_real_allreduce_sizes_and_bandwidth(shared_traces):
     path = shared_traces / "nccl_allreduce_with_sizes.json.gz"
-    con, run_id = _ingest([path])
+    con, run_id = ingest_clean([path])
     # independent reading of the file: NCCL kernels launched by the CPU before the last step ended
     # (the ProfilerStep rule every figure uses), bytes = In msg nelems x element size
     with gzip.open(path, "rt") as fh:
@@ -123,7 +112,7 @@ def test_real_allreduce_sizes_and_bandwidth(shared_traces):
 
 
 def test_real_collectives_without_sizes(shared_traces):
-    con, run_id = _ingest([shared_traces / "nccl2rank"])
+    con, run_id = ingest_clean([shared_traces / "nccl2rank"])
     rows = con.execute("SELECT rank, sized_share, algbw_gbps, collectives_per_step, overlap_pct "
                        "FROM comm_exposure(?) ORDER BY rank", [run_id]).fetchall()
     assert [r[0] for r in rows] == [0, 1]
@@ -137,5 +126,5 @@ def test_real_collectives_without_sizes(shared_traces):
 
 
 def test_cpu_only_trace_has_no_comm_finding(shared_traces):
-    con, run_id = _ingest([shared_traces / "cpu_only_rank34.json.gz"])
+    con, run_id = ingest_clean([shared_traces / "cpu_only_rank34.json.gz"])
     assert _find(con, run_id, MIN_FINDING_PCT=0.0) == []

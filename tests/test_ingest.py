@@ -84,10 +84,12 @@ def test_rocm_runtime_kind_comes_from_cat(con, tmp_path):
     assert one(con, "SELECT device FROM events WHERE kind = 'kernel'") == (2,)
 
 
-@pytest.mark.parametrize("force_float_first", [False, True])
-def test_epoch_timestamps_are_exact(con, tmp_path, monkeypatch, force_float_first):
+@pytest.mark.parametrize("route", ["predicted", "small_file", "float_first"])
+def test_epoch_timestamps_are_exact(con, tmp_path, monkeypatch, route):
     # float64 holds 1712195495519695.812 as ...695.75; the stored value must keep the 812 ns.
-    if force_float_first:   # the large-file route: float parse, detect fractions, redo from text
+    if route != "predicted":   # the sample of the file's head did not see the decimals
+        monkeypatch.setattr(ingest_parse, "SAMPLE_BYTES", 0)
+    if route == "float_first":   # the large-file route: float parse, detect fractions, redo from text
         monkeypatch.setattr(ingest_parse, "SMALL_BODY", 0)
     events = [event(ts=EPOCH_TS, dur="3.001"),
               event(ts="1712195495519696.999", dur="0.5"),
@@ -108,6 +110,17 @@ def test_exactness_decided_per_rank_in_one_run(con, tmp_path, monkeypatch):
     assert con.execute("SELECT rank, ts_ns, dur_ns FROM events ORDER BY rank, ts_ns").fetchall() == [
         (0, EPOCH_TS_NS, 2250), (0, EPOCH_TS_NS, 2250), (0, EPOCH_TS_NS, 2250),
         (1, 1610366662254362000, 4000), (2, 4458677009853422, 2636669)]
+
+
+@pytest.mark.parametrize("ts, expected", [
+    ("1712195495519695.812", True),      # epoch µs with decimals: float64 steps 0.25 µs there
+    ("1712195495519695.000", False),     # no fraction
+    ("1610366662254362", False),         # 2021 traces: integer µs
+    ("4458676522690.655", False),        # relative clock below 2^43 µs: float64 is exact to the ns
+])
+def test_timestamp_path_predicted_from_the_head(tmp_path, ts, expected):
+    path = write(tmp_path / "t.json", trace_text([event(ts="5"), event(ts=ts)]))
+    assert ingest_parse.predict_exact(str(path), scan_layout(path)) is expected
 
 
 def test_relative_timestamps_exact_on_float_path(con, tmp_path, monkeypatch):

@@ -7,29 +7,19 @@ from pathlib import Path
 import pytest
 
 from analyzers.analyses import rank_imbalance
+from analysis_support import ingest_clean, run_analysis
 from analyzers.findings import build_context
-from analyzers.ingest import ingest_paths
-from analyzers.sqlrun import ensure_loaded
-from analyzers.store import connect
 from sample_traces.synthesize import synthesize
 
 
-def _ingest(paths):
-    con = connect(":memory:")
-    result = ingest_paths(con, [str(p) for p in paths])
-    assert result.run_id and not result.errors
-    ensure_loaded(con)
-    return con, result.run_id
-
-
 def _find(con, run_id, **thresholds):
-    return rank_imbalance.find(con, run_id, build_context(con, run_id, thresholds or None))
+    return run_analysis(rank_imbalance, con, run_id, **thresholds)
 
 
 @pytest.fixture(scope="module")
 def straggler_run(tmp_path_factory):
     truth = synthesize(tmp_path_factory.mktemp("straggler"), "straggler", steps=4, seed=2)
-    con, run_id = _ingest(truth["files"])
+    con, run_id = ingest_clean(truth["files"])
     return truth, con, run_id
 
 
@@ -71,7 +61,7 @@ def test_matched_instances_wait_on_every_rank_but_the_straggler(straggler_run):
 
 def test_control_has_no_meaningful_imbalance(tmp_path):
     truth = synthesize(tmp_path, "control", world_size=3, steps=3)
-    con, run_id = _ingest(truth["files"])
+    con, run_id = ingest_clean(truth["files"])
     found = _find(con, run_id, MIN_FINDING_PCT=0.0)
     assert all(f.cost_pct < 1.0 for f in found)
 
@@ -105,7 +95,7 @@ def test_cpu_only_gloo_ranks_get_imbalance_from_time_in_collectives(tmp_path):
     arrivals = [[compute[r] + 10 for r in range(world)] for _ in range(steps)]
     for rank in range(world):
         _gloo_rank_file(tmp_path / f"rank{rank}.json", rank, world, [compute[rank]] * steps, 2_000, arrivals)
-    con, run_id = _ingest(sorted(tmp_path.glob("*.json")))
+    con, run_id = ingest_clean(sorted(tmp_path.glob("*.json")))
     [finding] = _find(con, run_id)
     assert finding.rank == 2
     assert finding.metrics["measured_on"] == "cpu"
@@ -117,13 +107,13 @@ def test_cpu_only_gloo_ranks_get_imbalance_from_time_in_collectives(tmp_path):
 def test_single_rank_gives_nothing(shared_traces):
     for name in ("nccl_allreduce_with_sizes.json.gz", "cpu_only_rank34.json.gz",
                  "no_distributed_info_cpu_ops.json.gz"):
-        con, run_id = _ingest([shared_traces / name])
+        con, run_id = ingest_clean([shared_traces / name])
         assert _find(con, run_id, MIN_FINDING_PCT=0.0) == []
 
 
 def test_one_rank_of_a_gloo_job_gets_a_plain_note(shared_traces):
     path = shared_traces / "cpu_only_rank34.json.gz"
-    con, run_id = _ingest([path])
+    con, run_id = ingest_clean([path])
     ctx = build_context(con, run_id)
     assert rank_imbalance.find(con, run_id, ctx) == []
     [note] = [n for n in ctx.notes if "rank imbalance" in n]
@@ -144,7 +134,7 @@ def test_one_rank_of_a_gloo_job_gets_a_plain_note(shared_traces):
 
 
 def test_nccl2rank_collectives_matched_pipeline_shapes_not_blamed(shared_traces):
-    con, run_id = _ingest([shared_traces / "nccl2rank"])
+    con, run_id = ingest_clean([shared_traces / "nccl2rank"])
     rows = con.execute("SELECT rank, matched_instances, p2p_instances, is_straggler FROM rank_balance(?) "
                        "ORDER BY rank", [run_id]).fetchall()
     assert [r[0] for r in rows] == [0, 1]
@@ -176,7 +166,7 @@ def test_a_missing_collective_unmatches_its_step_only(straggler_run, tmp_path):
         out = tmp_path / Path(path).name
         out.write_text(json.dumps(trace))
         paths.append(out)
-    con, run_id = _ingest(paths)
+    con, run_id = ingest_clean(paths)
     rows = dict(((step, matched), n) for step, matched, n in con.execute(
         "SELECT step, matched, count(*) FROM collective_instances(?) GROUP BY ALL", [run_id]).fetchall())
     assert rows.get((11, True), 0) == 0 and rows[(11, False)] == 4 * 8 - 1

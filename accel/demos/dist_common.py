@@ -52,6 +52,17 @@ class VariantResult:
         return max(self.step_ms_per_rank)
 
 
+def collect_results(out_dir: Path, variants: list[str], world_size: int) -> dict[str, "VariantResult"]:
+    """Gather what each rank wrote to out_dir/timings: its median step time and its checks, per variant."""
+    results = {}
+    for variant in variants:
+        per_rank = [json.loads((out_dir / "timings" / f"{variant}-rank-{r}.json").read_text())
+                    for r in range(world_size)]
+        results[variant] = VariantResult(variant, out_dir / variant, [p["median_ms"] for p in per_rank],
+                                         [p["checks"] for p in per_rank])
+    return results
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -118,13 +129,7 @@ def run_ranks(module_name: str, variants: list[str], world_size: int, out_dir: P
         for process in context.processes:
             if process.is_alive():
                 process.terminate()
-    results = {}
-    for variant in variants:
-        per_rank = [json.loads((out_dir / "timings" / f"{variant}-rank-{r}.json").read_text())
-                    for r in range(world_size)]
-        results[variant] = VariantResult(variant, out_dir / variant, [p["median_ms"] for p in per_rank],
-                                         [p["checks"] for p in per_rank])
-    return results
+    return collect_results(out_dir, variants, world_size)
 
 
 # --- a slow link for the compression demos -----------------------------------------------------
@@ -275,10 +280,4 @@ def run_ranks_on_nodes(module_name: str, variants: list[str], nodes: list[tuple[
         for process in processes:
             if process.is_alive():
                 process.terminate()
-    results = {}
-    for variant in variants:
-        per_rank = [json.loads((out_dir / "timings" / f"{variant}-rank-{r}.json").read_text())
-                    for r in range(world_size)]
-        results[variant] = VariantResult(variant, out_dir / variant, [p["median_ms"] for p in per_rank],
-                                         [p["checks"] for p in per_rank])
-    return results
+    return collect_results(out_dir, variants, world_size)
