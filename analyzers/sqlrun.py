@@ -61,7 +61,7 @@ def ensure_loaded(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 # Per-run views that several analyses of one analyze_run read, in dependency order. Each is
 # computed ONCE per run into a TEMP table while `run_cache` is open (e.g. gpu_activity took
 # ~0.35 s per use on a 1 GB trace and was used by ~10 macros).
-CACHED_VIEWS = ("steps", "gpu_activity", "launches", "copies", "collectives",
+CACHED_VIEWS = ("steps", "sync_calls", "dataloader_spans", "gpu_activity", "launches", "copies", "collectives",
                 "collective_instances", "rank_balance")
 
 

@@ -30,8 +30,12 @@ SIZES = {  # name: (ranks, bytes per rank)
     "100mb": (1, 100 << 20),
     "1gb": (1, 1 << 30),
     "8x128mb": (8, 128 << 20),
+    # the same events on an epoch clock with decimals ("ts": 1716458676522690.655), as recent
+    # PyTorch writes them: float64 cannot hold these to the ns, so they take the text path
+    "1gb-epoch": (1, 1 << 30),
 }
 SHIFT_US = 20_000_000       # each copy of the source events starts 20 s after the previous one
+EPOCH_US = 1_712_000_000_000_000   # added to the source's relative clock for the *-epoch inputs
 
 
 def _split_source() -> tuple[bytes, bytes, bytes]:
@@ -59,7 +63,7 @@ def generate(name: str) -> Path:
         with open(folder / f"rank{rank}.json", "wb") as out:
             out.write(rank_head + b"\n")
             for k in range(copies):
-                offset = k * SHIFT_US + rank * 7
+                offset = k * SHIFT_US + rank * 7 + (EPOCH_US if name.endswith("-epoch") else 0)
                 if k:
                     out.write(b",\n")
                 out.write(ts.sub(lambda m: m.group(1) + str(int(m.group(2)) + offset).encode(), body))

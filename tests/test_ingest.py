@@ -112,11 +112,22 @@ def test_exactness_decided_per_rank_in_one_run(con, tmp_path, monkeypatch):
         (1, 1610366662254362000, 4000), (2, 4458677009853422, 2636669)]
 
 
+def test_epoch_timestamps_round_to_the_ns_whatever_the_decimals(con, tmp_path):
+    texts = ["1712195495519695.8", "1712195495519695.81", "1712195495519695.8125",
+             "1712195495519695.81249", "1712195495519695.9996", "1712195495519695.000"]
+    res = ingest_paths(con, [write(tmp_path / "t.json", trace_text([event(ts=t) for t in texts]))])
+    assert res.errors == []
+    assert [r[0] for r in con.execute("SELECT ts_ns FROM events ORDER BY ts_ns").fetchall()] == [
+        1712195495519695000, 1712195495519695800, 1712195495519695810, 1712195495519695812,
+        1712195495519695813, 1712195495519696000]
+
+
 @pytest.mark.parametrize("ts, expected", [
     ("1712195495519695.812", True),      # epoch µs with decimals: float64 steps 0.25 µs there
     ("1712195495519695.000", False),     # no fraction
     ("1610366662254362", False),         # 2021 traces: integer µs
     ("4458676522690.655", False),        # relative clock below 2^43 µs: float64 is exact to the ns
+    ("1" * 5000 + ".5", False),          # absurd: no int() of 5000 digits (Python refuses > 4300)
 ])
 def test_timestamp_path_predicted_from_the_head(tmp_path, ts, expected):
     path = write(tmp_path / "t.json", trace_text([event(ts="5"), event(ts=ts)]))

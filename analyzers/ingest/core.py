@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,8 +23,8 @@ import duckdb
 
 from ..model import FileError, IngestResult
 from .layout import Layout, LayoutError, scan_layout
-from .parse import (delete_dropped, delete_rank, insert_events, needs_exact, rank_counts, remove_parts,
-                    write_parts)
+from .parse import (delete_dropped, delete_rank, insert_events, needs_exact, predict_exact, rank_counts,
+                    remove_parts, write_parts)
 from .ranks import assign_ranks, rank_columns, world_size
 from .sources import Limits, RankFile, collect
 
@@ -40,6 +41,7 @@ class _RankInput:
     rank: int
     lenient: bool = False        # set after a strict parse failed: mistyped fields become NULL
     single_range: bool = False   # set after a multi-range parse failed: re-read as one range
+    exact: bool = False          # timestamps need the text path (epoch µs with decimals)
     part_count: int = 0
 
 
@@ -89,9 +91,15 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
     errors += rank_errors
     items = sorted((_RankInput(s, lay, r) for (s, lay), r in zip(scanned, ranks) if r is not None),
                    key=lambda item: item.rank)
+    for item in items:
+        try:
+            item.exact = predict_exact(item.source.path, item.layout)
+        except OSError:
+            pass    # the parse reports an unreadable file
     run_name = name or default_name(paths)
     source_text = " ".join(str(p) for p in paths)
     together = True
+    conflicts = 0
     while items:
         run_id, full_hash = _run_id(items)
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
@@ -107,8 +115,35 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
                 errors.append(FileError(failure.item.source.display, failure.message))
                 items = [i for i in items if i is not failure.item]
             continue
+        except (duckdb.ConstraintException, duckdb.TransactionException) as exc:
+            # the same files ingested at the same time by another connection, which wrote the run
+            # first (ours was rolled back): once it commits, this call reuses its run; if it
+            # rolls back instead, write ours again
+            if run_id not in str(exc) and "conflict" not in str(exc).lower():
+                raise
+            conflicts += 1
+            if _wait_for_run(con, run_id):
+                return _result(run_id, items, errors, warnings, reused=True)
+            if conflicts >= _MAX_CONFLICTS:
+                raise
+            continue
         return _result(run_id, items, errors, warnings, reused=False)
     return IngestResult(None, errors, warnings)
+
+
+_MAX_CONFLICTS = 2
+_CONFLICT_WAIT_S = 30.0
+
+
+def _wait_for_run(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    """True once run_id is committed by the concurrent ingest; False when it does not appear."""
+    deadline = time.monotonic() + _CONFLICT_WAIT_S
+    while True:
+        if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def _result(run_id, items, errors, warnings, reused) -> IngestResult:
@@ -170,16 +205,21 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
         if together:
             if progress:
                 progress("parsing", "", 0.0)
-            _parse(con, run_id, items, tmpdir, limits, threads, exact=False,
-                   blame=items[0] if len(items) == 1 else None)
+            # one statement per timestamp path (usually all files take the same one)
+            for group in ([i for i in items if not i.exact], [i for i in items if i.exact]):
+                if group:
+                    _parse(con, run_id, group, tmpdir, limits, threads, exact=group[0].exact,
+                           blame=group[0] if len(group) == 1 else None)
         else:
             for index, item in enumerate(items):
                 if progress:
                     progress("parsing", item.source.display, index / len(items))
-                _parse(con, run_id, [item], tmpdir, limits, threads, exact=False, blame=item)
+                _parse(con, run_id, [item], tmpdir, limits, threads, exact=item.exact, blame=item)
         counts = rank_counts(con, run_id)
-        redo = [i for i in items if needs_exact(i.layout.body_bytes, *counts.get(i.rank, (0, 0, 0, 0))[2:])]
-        for item in redo:   # epoch-µs timestamps with decimals: re-read this file from the text
+        redo = [i for i in items
+                if not i.exact and needs_exact(i.layout.body_bytes, *counts.get(i.rank, (0, 0, 0, 0))[2:])]
+        for item in redo:   # epoch-µs timestamps with decimals the sample missed: re-read from the text
+            item.exact = True
             delete_rank(con, run_id, item.rank)
             _parse(con, run_id, [item], tmpdir, limits, threads, exact=True, blame=item)
         if redo:

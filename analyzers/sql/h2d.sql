@@ -42,8 +42,10 @@ SELECT c.rank, count(*) AS copies, sum(c.bytes) AS bytes, sum(c.dur_ns) AS copy_
        sum(c.bytes) / nullif(sum(c.dur_ns) FILTER (WHERE c.bytes IS NOT NULL), 0) AS gbps,
        sum(c.bytes) FILTER (WHERE c.pageable) / nullif(sum(c.dur_ns) FILTER (WHERE c.pageable AND c.bytes IS NOT NULL), 0) AS pageable_gbps,
        sum(c.bytes) FILTER (WHERE NOT c.pageable) / nullif(sum(c.dur_ns) FILTER (WHERE NOT c.pageable AND c.bytes IS NOT NULL), 0) AS pinned_gbps,
-       max(c.bytes) AS largest_bytes, arg_max(c.start_ns, c.bytes) AS largest_start_ns,
-       arg_max(c.end_ns, c.bytes) AS largest_end_ns,
+       -- of equally big copies, the first (a deterministic window)
+       max(c.bytes) AS largest_bytes,
+       arg_max(c.start_ns, CASE WHEN c.bytes IS NOT NULL THEN (c.bytes, -c.start_ns) END) AS largest_start_ns,
+       arg_max(c.end_ns, CASE WHEN c.bytes IS NOT NULL THEN (c.bytes, -c.start_ns) END) AS largest_end_ns,
        any_value(w.worst_step) AS worst_step
 FROM c
 LEFT JOIN exposed e ON e.rank = c.rank

@@ -41,13 +41,34 @@ GROUP BY grp, island;
 -- interval_gaps(tbl): the holes inside the union of tbl's intervals per grp (between its first
 -- start and last end); e.g. GPU idle time between activities.
 -- Columns: grp, start_ns (where the previous interval ended), end_ns (where the next starts), dur_ns.
+-- A hole opens wherever an interval starts after the furthest end seen so far (where
+-- interval_union starts a new island), so one window suffices: no islands, no grouping.
 CREATE OR REPLACE MACRO interval_gaps(tbl) AS TABLE
-SELECT grp, prev_end AS start_ns, start_ns AS end_ns, start_ns - prev_end AS dur_ns
+SELECT grp, furthest_end AS start_ns, start_ns AS end_ns, start_ns - furthest_end AS dur_ns
 FROM (
-    SELECT grp, start_ns, lag(end_ns) OVER (PARTITION BY grp ORDER BY start_ns) AS prev_end
-    FROM interval_union(tbl)
+    SELECT grp, start_ns,
+           max(end_ns) OVER (PARTITION BY grp ORDER BY start_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS furthest_end
+    FROM query_table(tbl)
+    WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL AND end_ns >= start_ns
 )
-WHERE prev_end IS NOT NULL AND start_ns > prev_end;
+WHERE start_ns > furthest_end;
+
+
+-- interval_union_total(tbl): the length of the union of tbl's intervals per grp, i.e.
+-- sum(dur_ns) of interval_union(tbl), in one window: in start order, each interval adds the
+-- part of it that reaches beyond the furthest end seen so far.
+-- Columns: grp, union_ns.
+CREATE OR REPLACE MACRO interval_union_total(tbl) AS TABLE
+SELECT grp, sum(greatest(end_ns - greatest(start_ns, coalesce(furthest_end, start_ns)), 0))::HUGEINT AS union_ns
+FROM (
+    SELECT grp, start_ns, end_ns,
+           max(end_ns) OVER (PARTITION BY grp ORDER BY start_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS furthest_end
+    FROM query_table(tbl)
+    WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL AND end_ns >= start_ns
+)
+GROUP BY grp;
 
 
 -- _interval_sweep(tbl_a, tbl_b): the time line of each grp cut at every edge of union(a) and

@@ -27,6 +27,8 @@ CREATE OR REPLACE MACRO sync_calls(run) AS TABLE
 SELECT rank, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, external_id
 FROM events
 WHERE run_id = run AND kind IN ('runtime', 'driver') AND dur_ns IS NOT NULL
+  -- (every name the regex accepts contains one of these: a cheap pre-test for the regex)
+  AND (contains(name, 'Synchronize') OR contains(name, 'Memcpy'))
   AND regexp_matches(name, '^(cuda|hip)((Stream|Device|Event)Synchronize|Memcpy|Memcpy2D|MemcpyDtoH|MemcpyHtoD)$');
 
 
@@ -56,60 +58,69 @@ FROM spans s ASOF LEFT JOIN steps(run) st ON s.rank = st.rank AND s.start_ns >= 
 --   cause           'dataloader' | 'h2d_copy' | 'host_sync' | 'launch_bound' | 'gpu_wait'
 --                   (see top of file; tested in that order)
 CREATE OR REPLACE MACRO gpu_idle_gaps(run, min_cover_fraction) AS TABLE
-WITH act AS (
-    SELECT {'rank': rank, 'device': device} AS grp, start_ns, end_ns FROM gpu_activity(run) WHERE counted
-), gaps AS (
-    -- ids grow with start time within a device: the sweep below finds a piece's gap as the
-    -- largest id started so far
-    SELECT grp, row_number() OVER (ORDER BY grp.rank, grp.device, start_ns) AS id, start_ns, end_ns, dur_ns
-    FROM interval_gaps('act')
+WITH act_dev AS (
+    -- one BIGINT key per (rank, device), ordered like (rank, device NULLS LAST): windows
+    -- partition and sort on it much faster than on a struct
+    SELECT rank, device, rank::BIGINT * 8589934592 + coalesce(device::BIGINT + 2147483648, 4294967296) AS grp,
+           start_ns, end_ns
+    FROM gpu_activity(run) WHERE counted
+), act AS (
+    SELECT grp, start_ns, end_ns FROM act_dev
+), dev_keys AS (
+    SELECT DISTINCT grp, rank, device FROM act_dev
 ), devices AS (
-    SELECT DISTINCT grp FROM act
+    SELECT {'rank': rank, 'device': device} AS grp, grp AS key FROM dev_keys
+), gaps AS (
+    -- ids are consecutive and grow with start time within a device (a key): the gaps a CPU
+    -- span overlaps are one id range
+    SELECT d.grp, g.grp AS key, row_number() OVER (ORDER BY g.grp, g.start_ns) AS id, g.start_ns, g.end_ns, g.dur_ns
+    FROM interval_gaps('act') g JOIN devices d ON d.key = g.grp
 ), l AS (
     SELECT * FROM launches(run) WHERE counted
 ), cpu_spans AS (
-    -- the host activity that can explain a gap, copied onto every device of its rank
-    SELECT d.grp, 'loader' AS what, s.start_ns, s.end_ns
-    FROM dataloader_spans(run) s JOIN devices d ON d.grp.rank = s.rank
+    -- the host activity that can explain a gap, per rank and kind
+    SELECT {'rank': rank, 'what': 'loader'} AS grp, start_ns, end_ns FROM dataloader_spans(run)
     UNION ALL
-    SELECT d.grp, 'h2d', l.launch_start_ns, l.launch_end_ns
-    FROM l JOIN devices d ON d.grp.rank = l.rank
+    SELECT {'rank': rank, 'what': 'h2d'}, launch_start_ns, launch_end_ns
+    FROM l
     WHERE l.gpu_kind = 'memcpy' AND regexp_matches(l.gpu_name, '^Memcpy\s+HtoD')
       AND (contains(l.gpu_name, 'Pageable') OR NOT (contains(lower(l.launch_name), 'async')
                                                    OR contains(lower(l.launch_name), 'withstream')))
     UNION ALL
-    SELECT d.grp, 'sync', s.start_ns, s.end_ns FROM sync_calls(run) s JOIN devices d ON d.grp.rank = s.rank
-), edges AS (
-    SELECT grp, start_ns AS ts, id AS gap_id, 1 AS d_gap, 0 AS d_loader, 0 AS d_h2d, 0 AS d_sync FROM gaps
-    UNION ALL
-    SELECT grp, end_ns, NULL, -1, 0, 0, 0 FROM gaps
-    UNION ALL
-    SELECT grp, unnest([start_ns, end_ns]), NULL, 0,
-           CASE WHEN what = 'loader' THEN unnest([1, -1]) ELSE 0 END,
-           CASE WHEN what = 'h2d' THEN unnest([1, -1]) ELSE 0 END,
-           CASE WHEN what = 'sync' THEN unnest([1, -1]) ELSE 0 END
-    FROM cpu_spans WHERE end_ns >= start_ns
-), swept AS (
-    -- one sweep over all edges: which sets are open on each piece of the time line (raw CPU
-    -- spans may overlap; a count above zero is "inside")
-    SELECT ts AS start_ns, lead(ts) OVER w AS end_ns,
-           max(gap_id) OVER (w ROWS UNBOUNDED PRECEDING) AS gap_id,
-           sum(d_gap) OVER (w ROWS UNBOUNDED PRECEDING) AS open_gap,
-           sum(d_loader) OVER (w ROWS UNBOUNDED PRECEDING) AS open_loader,
-           sum(d_h2d) OVER (w ROWS UNBOUNDED PRECEDING) AS open_h2d,
-           sum(d_sync) OVER (w ROWS UNBOUNDED PRECEDING) AS open_sync
-    FROM edges
-    WINDOW w AS (PARTITION BY grp ORDER BY ts, d_gap, d_loader, d_h2d, d_sync)
+    SELECT {'rank': rank, 'what': 'sync'}, start_ns, end_ns FROM sync_calls(run)
+), islands AS (
+    -- spans of one kind may overlap: their union ("inside any of them"), onto every device of the rank
+    SELECT d.key, u.grp.what AS what, u.start_ns, u.end_ns
+    FROM interval_union('cpu_spans') u JOIN devices d ON d.grp.rank = u.grp.rank
+    WHERE u.dur_ns > 0
+), gap_ids AS (
+    SELECT key, min(id) AS first_id FROM gaps GROUP BY key
+), island_ranges AS (
+    -- the gaps an island overlaps, found by two ASOF lookups instead of a range join (the number
+    -- of (island, gap) pairs is at most islands + gaps per kind: both sets are disjoint)
+    SELECT i.key, i.what, i.start_ns, i.end_ns,
+           CASE WHEN a.id IS NULL THEN f.first_id WHEN a.end_ns > i.start_ns THEN a.id ELSE a.id + 1 END AS from_id,
+           b.id AS to_id
+    FROM islands i
+    JOIN gap_ids f ON f.key = i.key
+    ASOF LEFT JOIN gaps a ON a.key = i.key AND i.start_ns >= a.start_ns    -- last gap starting at or before the island
+    ASOF LEFT JOIN gaps b ON b.key = i.key AND i.end_ns > b.start_ns       -- last gap starting before its end
+), pairs AS (
+    SELECT r.what, r.start_ns AS island_start, r.end_ns AS island_end, unnest(range(r.from_id, r.to_id + 1)) AS gap_id
+    FROM island_ranges r
+    WHERE r.to_id IS NOT NULL AND r.from_id <= r.to_id
 ), per_gap AS (
-    SELECT gap_id,
-           sum(end_ns - start_ns) FILTER (WHERE open_loader > 0) AS loader_ns,
-           sum(end_ns - start_ns) FILTER (WHERE open_h2d > 0) AS h2d_ns,
-           sum(end_ns - start_ns) FILTER (WHERE open_sync > 0) AS sync_ns,
-           arg_min(open_h2d > 0, start_ns) AS h2d_at_start,      -- state on the gap's first piece
-           arg_min(open_sync > 0, start_ns) AS sync_at_start
-    FROM swept
-    WHERE end_ns > start_ns AND open_gap > 0
-    GROUP BY gap_id
+    -- covered time per kind; "at start": an island holds the gap's first instant
+    -- (half-open intervals: a span ending exactly when the gap starts does not)
+    SELECT p.gap_id,
+           sum(least(p.island_end, g.end_ns) - greatest(p.island_start, g.start_ns)) FILTER (WHERE p.what = 'loader') AS loader_ns,
+           sum(least(p.island_end, g.end_ns) - greatest(p.island_start, g.start_ns)) FILTER (WHERE p.what = 'h2d') AS h2d_ns,
+           sum(least(p.island_end, g.end_ns) - greatest(p.island_start, g.start_ns)) FILTER (WHERE p.what = 'sync') AS sync_ns,
+           bool_or(p.island_start <= g.start_ns AND g.start_ns < p.island_end) FILTER (WHERE p.what = 'h2d') AS h2d_at_start,
+           bool_or(p.island_start <= g.start_ns AND g.start_ns < p.island_end) FILTER (WHERE p.what = 'sync') AS sync_at_start
+    FROM pairs p JOIN gaps g ON g.id = p.gap_id
+    WHERE least(p.island_end, g.end_ns) > greatest(p.island_start, g.start_ns)
+    GROUP BY p.gap_id
 ), next_work AS (
     -- the GPU activity that ends the gap starts exactly at its end (it is the next interval);
     -- of several starting together, the one launched first
@@ -155,14 +166,16 @@ WITH g AS (
 ), per_step AS (
     SELECT rank, cause, step, sum(dur_ns) AS idle_ns FROM g WHERE step IS NOT NULL GROUP BY ALL
 ), worst_step AS (
-    SELECT rank, cause, arg_max(step, idle_ns) AS worst_step, max(idle_ns) AS worst_step_idle_ns
+    SELECT rank, cause, arg_max(step, (idle_ns, -step)) AS worst_step, max(idle_ns) AS worst_step_idle_ns
     FROM per_step GROUP BY ALL
 )
 SELECT g.rank, g.cause, count(*) AS gaps, sum(g.dur_ns) AS idle_ns, max(g.dur_ns) AS longest_gap_ns,
        coalesce(sum(g.dur_ns) FILTER (WHERE g.dur_ns >= 1000000), 0) AS long_idle_ns,
        count(*) FILTER (WHERE g.dur_ns >= 1000000) AS long_gaps,
        any_value(w.worst_step) AS worst_step, any_value(w.worst_step_idle_ns) AS worst_step_idle_ns,
-       arg_max(g.start_ns, g.dur_ns) AS worst_start_ns, arg_max(g.end_ns, g.dur_ns) AS worst_end_ns
+       -- of equally long gaps, the first (a deterministic window)
+       arg_max(g.start_ns, (g.dur_ns, -g.start_ns)) AS worst_start_ns,
+       arg_max(g.end_ns, (g.dur_ns, -g.start_ns)) AS worst_end_ns
 FROM g LEFT JOIN worst_step w ON w.rank = g.rank AND w.cause = g.cause
 GROUP BY g.rank, g.cause;
 
@@ -220,23 +233,39 @@ GROUP BY l.rank;
 -- Columns: rank, device, run_id_in_rank, kernels, start_ns, end_ns, busy_ns (sum of kernel time),
 --          idle_ns (end - start - busy: the launch overhead a graph would remove), top_kernel
 CREATE OR REPLACE MACRO tiny_kernel_runs(run, tiny_kernel_ns, max_gap_ns, min_kernels) AS TABLE
-WITH k AS (
-    SELECT rank, device, name, start_ns, end_ns, dur_ns,
+WITH kernels AS MATERIALIZED (
+    SELECT row_number() OVER () AS kernel_no, rank, device, name, start_ns, end_ns, dur_ns
+    FROM gpu_activity(run) WHERE counted AND kind = 'kernel'
+), k AS (
+    -- the windows carry no kernel names (long strings made them 3x slower); names are joined
+    -- back below for the kernels of the runs kept
+    SELECT kernel_no, rank, device, start_ns, end_ns, dur_ns,
            lag(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns) AS prev_end,
            lag(dur_ns) OVER (PARTITION BY rank, device ORDER BY start_ns) AS prev_dur
-    FROM gpu_activity(run) WHERE counted AND kind = 'kernel'
+    FROM kernels
 ), marked AS (
     SELECT *, sum(CASE WHEN dur_ns < tiny_kernel_ns AND prev_dur < tiny_kernel_ns
                             AND start_ns - prev_end <= max_gap_ns THEN 0 ELSE 1 END)
                   OVER (PARTITION BY rank, device ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS run_no
     FROM k
+), runs AS (
+    SELECT * FROM (
+        SELECT rank, device, run_no, count(*) AS kernels, min(start_ns) AS start_ns,
+               max(end_ns) AS end_ns, sum(dur_ns) AS busy_ns,
+               greatest(max(end_ns) - min(start_ns) - sum(dur_ns), 0) AS idle_ns
+        FROM marked
+        WHERE dur_ns < tiny_kernel_ns
+        GROUP BY rank, device, run_no
+    )
+    WHERE kernels >= min_kernels
+), top AS (
+    SELECT m.rank, m.device, m.run_no, mode(n.name) AS top_kernel
+    FROM marked m
+    SEMI JOIN runs r ON r.rank = m.rank AND r.device IS NOT DISTINCT FROM m.device AND r.run_no = m.run_no
+    JOIN kernels n ON n.kernel_no = m.kernel_no
+    WHERE m.dur_ns < tiny_kernel_ns
+    GROUP BY m.rank, m.device, m.run_no
 )
-SELECT * FROM (
-    SELECT rank, device, run_no AS run_id_in_rank, count(*) AS kernels, min(start_ns) AS start_ns,
-           max(end_ns) AS end_ns, sum(dur_ns) AS busy_ns,
-           greatest(max(end_ns) - min(start_ns) - sum(dur_ns), 0) AS idle_ns, mode(name) AS top_kernel
-    FROM marked
-    WHERE dur_ns < tiny_kernel_ns
-    GROUP BY rank, device, run_no
-)
-WHERE kernels >= min_kernels;
+SELECT r.rank, r.device, r.run_no AS run_id_in_rank, r.kernels, r.start_ns, r.end_ns, r.busy_ns, r.idle_ns, t.top_kernel
+FROM runs r
+JOIN top t ON t.rank = r.rank AND t.device IS NOT DISTINCT FROM r.device AND t.run_no = r.run_no;

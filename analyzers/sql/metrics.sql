@@ -24,33 +24,28 @@ WITH act AS (
 ), span AS (
     SELECT grp, min(start_ns) AS first_gpu_ns, max(end_ns) AS last_gpu_ns, count(*) AS gpu_events
     FROM act GROUP BY grp
-), edges AS (
-    -- one sweep for every figure (the interval_union / interval_intersect of intervals.sql,
-    -- fused): per time point, how many compute / comm / memory intervals open or close there
-    SELECT grp, ts, sum(d_compute) AS d_compute, sum(d_comm) AS d_comm, sum(d_memory) AS d_memory
-    FROM (
-        SELECT grp, unnest([start_ns, end_ns]) AS ts,
-               CASE WHEN category = 'compute' THEN unnest([1, -1]) ELSE 0 END AS d_compute,
-               CASE WHEN category = 'comm' THEN unnest([1, -1]) ELSE 0 END AS d_comm,
-               CASE WHEN category = 'memory' THEN unnest([1, -1]) ELSE 0 END AS d_memory
-        FROM act WHERE end_ns >= start_ns
-    )
-    GROUP BY grp, ts
-), pieces AS (
-    SELECT grp, lead(ts) OVER w - ts AS len,
-           sum(d_compute) OVER (w ROWS UNBOUNDED PRECEDING) AS n_compute,
-           sum(d_comm) OVER (w ROWS UNBOUNDED PRECEDING) AS n_comm,
-           sum(d_memory) OVER (w ROWS UNBOUNDED PRECEDING) AS n_memory
-    FROM edges
-    WINDOW w AS (PARTITION BY grp ORDER BY ts)
+), all_act AS (
+    SELECT grp, start_ns, end_ns FROM act
+), compute_act AS (
+    SELECT grp, start_ns, end_ns FROM act WHERE category = 'compute'
+), comm_act AS (
+    SELECT grp, start_ns, end_ns FROM act WHERE category = 'comm'
+), compute_or_comm AS (
+    SELECT grp, start_ns, end_ns FROM act WHERE category IN ('compute', 'comm')
 ), sums AS (
-    SELECT grp,
-           coalesce(sum(len) FILTER (WHERE n_compute > 0 OR n_comm > 0 OR n_memory > 0), 0) AS busy_ns,
-           coalesce(sum(len) FILTER (WHERE n_compute > 0), 0) AS compute_ns,
-           coalesce(sum(len) FILTER (WHERE n_comm > 0), 0) AS comm_ns,
-           coalesce(sum(len) FILTER (WHERE n_comm > 0 AND n_compute > 0), 0) AS comm_overlap_ns
-    FROM pieces WHERE len > 0
-    GROUP BY grp
+    -- union lengths, one window each (interval_union_total); the overlap by inclusion-exclusion:
+    -- |comm ∩ compute| = |comm| + |compute| - |comm ∪ compute|. Cheaper than one sweep over
+    -- every edge with a running count per category (4 window functions over twice the rows).
+    SELECT span.grp,
+           coalesce(b.union_ns, 0) AS busy_ns,
+           coalesce(c.union_ns, 0) AS compute_ns,
+           coalesce(m.union_ns, 0) AS comm_ns,
+           coalesce(m.union_ns, 0) + coalesce(c.union_ns, 0) - coalesce(cm.union_ns, 0) AS comm_overlap_ns
+    FROM span
+    LEFT JOIN interval_union_total('all_act') b ON b.grp = span.grp
+    LEFT JOIN interval_union_total('compute_act') c ON c.grp = span.grp
+    LEFT JOIN interval_union_total('comm_act') m ON m.grp = span.grp
+    LEFT JOIN interval_union_total('compute_or_comm') cm ON cm.grp = span.grp
 ), h2d AS (
     -- direction as copies(run) reads it (name, else args.kind), without its launch join
     SELECT rank AS grp, sum(dur_ns) AS h2d_ns

@@ -44,10 +44,12 @@ WITH step_windows AS (
     SELECT * FROM collectives(run) WHERE counted
 ), comm_args AS (
     -- the process group is in the kernel's args, which collectives() does not carry
-    SELECT e.rank, e.correlation, e.ts_ns AS start_ns,
+    -- (read from gpu_activity: its kernels are these events, and a cached gpu_activity
+    -- (sqlrun.run_cache) saves scanning every kernel's args again)
+    SELECT e.rank, e.correlation, e.start_ns,
            json_extract_string(e.args, '$."Process Group Name"') AS pg
-    FROM events e
-    WHERE e.run_id = run AND e.kind = 'kernel' AND e.correlation IS NOT NULL
+    FROM gpu_activity(run) e
+    WHERE e.kind = 'kernel' AND e.correlation IS NOT NULL
       AND (e.rank, e.correlation) IN (SELECT (rank, correlation) FROM comm)
 ), comm_launch AS (
     -- when the CPU issued it: that decides its ProfilerStep (launches() by correlation)
@@ -137,9 +139,9 @@ WITH act AS MATERIALIZED (
 ), gpu_span AS (
     SELECT grp AS rank, max(end_ns) - min(start_ns) AS span_ns FROM act GROUP BY grp
 ), compute_union AS (
-    SELECT grp AS rank, sum(dur_ns) AS compute_ns FROM interval_union('compute_act') GROUP BY grp
+    SELECT grp AS rank, union_ns AS compute_ns FROM interval_union_total('compute_act')
 ), comm_union AS (
-    SELECT grp AS rank, sum(dur_ns) AS comm_ns FROM interval_union('comm_act') GROUP BY grp
+    SELECT grp AS rank, union_ns AS comm_ns FROM interval_union_total('comm_act')
 ), exposed_pieces AS MATERIALIZED (
     SELECT grp, start_ns, end_ns, dur_ns FROM interval_subtract('comm_act', 'compute_act')
 ), comm_exposed AS (
