@@ -61,9 +61,11 @@ def per_step_bars(frame: pd.DataFrame, column: str, title: str, highlight_step: 
 
 
 def per_rank_bars(values: pd.Series, ranks: pd.Series, title: str, unit: str = "ms",
-                  highlight_rank: int | None = None) -> go.Figure:
+                  highlight_rank: int | None = None, labels: list[str] | None = None) -> go.Figure:
+    """One bar per rank (or per labelled category when labels are given)."""
     colors = ["#b71c1c" if highlight_rank is not None and r == highlight_rank else "#546e7a" for r in ranks]
-    fig = go.Figure(go.Bar(x=[rank_label(r) for r in ranks], y=values, marker_color=colors,
+    fig = go.Figure(go.Bar(x=[esc(x) for x in labels] if labels else [rank_label(r) for r in ranks], y=values,
+                           marker_color=colors,
                            texttemplate="%{y:.1f}", textposition="outside", cliponaxis=False,
                            hovertemplate="%{x}: %{y:.3f} " + unit + "<extra></extra>"))
     fig.update_layout(title=title, yaxis_title=unit, height=300, **LAYOUT)

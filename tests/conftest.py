@@ -30,4 +30,8 @@ def pytest_sessionfinish(session, exitstatus):
     exits, so DuckDB's binding does not print a leak report after pytest's summary line."""
     import gc
 
+    if "streamlit" in sys.modules:  # the app's cached store connection lives in st.cache_resource
+        import streamlit as st
+
+        st.cache_resource.clear()
     gc.collect()

@@ -318,3 +318,24 @@ def test_findings_beyond_the_third_are_folded(hand_built, monkeypatch):
                       "stream 7 · window of 10.000 ms",
                       "5. Host-to-device copies stall the GPU — 0.50 ms/step (5.0 % of step) · rank 0 · step 1 · "
                       "stream 7 · window of 10.000 ms"]
+
+
+def test_samples_open_on_the_first_manifest_entry_and_cpu_runs_compare_plainly(tmp_path, monkeypatch):
+    pytest.importorskip("analyzers.ingest")
+    manifest = REPO_ROOT / "sample_traces" / "manifest.json"
+    entries = json.loads(manifest.read_text())
+    db = tmp_path / "samples.duckdb"
+    at = open_app(monkeypatch, db, samples=str(manifest))
+    con = connect(db)
+    by_name = dict(con.execute("SELECT name, run_id FROM runs").fetchall())
+    con.close()
+    assert at.session_state["run_id"] == by_name[entries[0]["name"]]
+
+    cpu_runs = [by_name[e["name"]] for e in entries if "CPU" in e["name"]][:2]
+    assert len(cpu_runs) == 2
+    at.session_state["compare_before"], at.session_state["compare_after"] = cpu_runs
+    goto(at, "views/compare.py")
+    assert "CPU-only traces" in texts(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["GPU idle / step"] == "–" and metrics["Compute / step"] == "–"
+    assert metrics["Mean step time"].endswith(" ms")

@@ -28,10 +28,15 @@ if before == after:
 comparison = queries.compare_runs(state.cur(), before, after)
 steps = comparison["steps"].set_index("run")
 delta = comparison["delta"]
+# CPU-only traces (e.g. gloo demos) have step times but no GPU time to split into compute/idle.
+cpu_only = not (queries.has_gpu_activity(state.cur(), before) or queries.has_gpu_activity(state.cur(), after))
+if cpu_only:
+    st.info("Both runs are CPU-only traces (no kernels or copies): step times and finding costs are compared; "
+            "there is no GPU time to break down.")
 cols = st.columns(5)
 for col, (part, title) in zip(cols, [("mean_step_ms", "Mean step time"), ("compute_ms", "Compute / step"),
                                      ("comm_exposed_ms", "Exposed comm / step"), ("idle_ms", "GPU idle / step")]):
-    if delta[f"{part}_after"] is None:
+    if delta[f"{part}_after"] is None or (cpu_only and part != "mean_step_ms"):
         col.metric(title, "–")
     elif delta[f"{part}_before"] is None:
         col.metric(title, f"{delta[f'{part}_after']:,.2f} ms")
@@ -49,7 +54,10 @@ with left:
     else:
         st.success("Neither run has findings.")
 with right:
-    if len(steps):
+    if cpu_only and len(steps):
+        st.plotly_chart(charts.per_rank_bars(steps["mean_step_ms"], list(steps.index), "Mean step time, side by side",
+                                             labels=list(steps.index)), width="stretch", key="cmp-steps")
+    elif len(steps):
         st.plotly_chart(charts.breakdown_bars(steps.reset_index(), "Mean step, side by side",
                                               labels=list(steps.index)), width="stretch", key="cmp-steps")
 st.dataframe(kinds.assign(kind=[ui.kind_title(k) for k in kinds["kind"]]), hide_index=True, width="stretch",
