@@ -59,6 +59,7 @@ class Finding:
             "summary": self.summary,
             "metrics": self.metrics,
             "fixes": list(self.fix_ids),
+            "review": None,   # filled from the store's review marks by analyzers.report
         }
 
     def as_dict(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import duckdb
 
 from analyzers.metrics import rank_summary
 from analyzers.queries import time_bounds
+from analyzers.runs import get_marks
 from analyzers.sqlrun import ensure_loaded
 
 RANK_COLUMNS = [("rank", "Rank"), ("steps", "Steps"), ("step_time_ms", "Step (ms)"), ("idle_pct", "Idle %"),
@@ -36,8 +37,10 @@ def _stored_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[s
         "SELECT finding_id, kind, severity, rank, step, stream, t_start_ns, t_end_ns, cost_ns, cost_pct, "
         "summary, metrics, fix_ids FROM findings WHERE run_id = ? ORDER BY cost_ns DESC, cost_pct DESC, finding_id",
         [run_id])
+    rows = cur.fetchall()
+    marks = get_marks(con, run_id)
     out = []
-    for (fid, kind, sev, rank, step, stream, t0, t1, cost_ns, cost_pct, summary, metrics, fixes) in cur.fetchall():
+    for (fid, kind, sev, rank, step, stream, t0, t1, cost_ns, cost_pct, summary, metrics, fixes) in rows:
         try:
             metrics = json.loads(metrics) if isinstance(metrics, str) else (metrics or {})
         except ValueError:
@@ -47,6 +50,8 @@ def _stored_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[s
             "start_us": None if t0 is None else t0 / 1000.0, "end_us": None if t1 is None else t1 / 1000.0,
             "cost_ms_per_step": cost_ns / 1e6, "cost_pct": cost_pct, "summary": summary,
             "metrics": metrics, "fixes": list(fixes or []),
+            # the team's review mark (to_fix / fixed / wont_fix and a note), None when unmarked
+            "review": ({"status": marks[fid]["status"], "note": marks[fid]["note"]} if fid in marks else None),
         })
     return out
 
@@ -167,6 +172,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                   f"({_fmt(f.get('cost_pct'))}% of the mean step)",
                   f"- **Fixes:** " + (", ".join(f"`{_md_cell(x)}` (`python -m accel.demo {_md_cell(x)}`)"
                                                 for x in f.get("fixes") or []) or "none registered")]
+        if f.get("review"):
+            lines.append(f"- **Review:** {_md_text(f['review']['status'])}"
+                         + (f" — {_md_text(f['review']['note'])}" if f["review"].get("note") else ""))
         metrics = f.get("metrics") or {}
         if metrics:
             lines += ["", "<details><summary>Evidence</summary>", ""]
@@ -239,7 +247,11 @@ def render_html(report: Mapping[str, Any]) -> str:
             f" <small><code>{_h(f.get('id'))}</code></small></h3>"
             f"<p>{_h(f.get('summary'))}</p>"
             f"<p><b>Where:</b> {_h(_where(f, origin))}<br><b>Cost:</b> {_h(_fmt(f.get('cost_ms_per_step'), 3))} ms lost "
-            f"per step ({_h(f.get('cost_pct'))}% of the mean step)</p><p><b>Fixes:</b></p><ul>{fixes}</ul>"
+            f"per step ({_h(f.get('cost_pct'))}% of the mean step)</p>"
+            + (f"<p><b>Review:</b> {_h(f['review']['status'])}"
+               + (f" — {_h(f['review']['note'])}" if f["review"].get("note") else "") + "</p>"
+               if f.get("review") else "")
+            + f"<p><b>Fixes:</b></p><ul>{fixes}</ul>"
             + (f"<details><summary>Evidence</summary>{_html_table(['Metric', 'Value'], [[k, v] for k, v in metrics.items()])}</details>"
                if metrics else "")
             + "</div>")

@@ -35,3 +35,12 @@ def pytest_sessionfinish(session, exitstatus):
 
         st.cache_resource.clear()
     gc.collect()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Expose each phase's report on the test item (rep_setup, rep_call), so fixtures can tell
+    in teardown whether the test failed (the browser test screenshots the page then)."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)

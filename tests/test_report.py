@@ -2,6 +2,7 @@
 escape every trace-derived string."""
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from analyzers.findings import analyze_run
 from analyzers.model import FileError
 from analyzers.report import build_report, render_html, render_markdown
+from analyzers.runs import set_mark
 from analyzers.store import connect
 
 from test_launch_gap import COLS, synthetic_events
@@ -18,7 +20,7 @@ RUN_KEYS = {"run_id", "name", "world_size", "ranks", "files", "start_us"}  # sta
 RANK_KEYS = {"rank", "steps", "step_time_ms", "idle_pct", "compute_pct", "non_compute_pct", "comm_time_ms",
              "comm_overlap_pct", "h2d_time_ms"}
 FINDING_KEYS = {"id", "kind", "severity", "rank", "step", "stream", "start_us", "end_us", "cost_ms_per_step",
-                "cost_pct", "summary", "metrics", "fixes"}
+                "cost_pct", "summary", "metrics", "fixes", "review"}
 
 
 @pytest.fixture()
@@ -37,6 +39,25 @@ def report():
     rep = build_report(con, "syn", errors=[FileError(EVIL, "not JSON: " + EVIL)])
     con.close()
     return rep, findings
+
+
+def test_review_marks_reach_json_markdown_and_html_escaped():
+    con = connect(":memory:")
+    con.execute("INSERT INTO runs (run_id, name, created_at, sha256, world_size) VALUES ('syn', 'r', now(), 'x', 1)")
+    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_sha256) VALUES ('syn', 0, 'r0.json', 'x')")
+    con.executemany(f"INSERT INTO events ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))})",
+                    [[r.get(c) for c in COLS] for r in synthetic_events()])
+    first, second = analyze_run(con, "syn", {"MIN_FINDING_PCT": 0.0})[:2]
+    set_mark(con, "syn", first.finding_id, "wont_fix", "owner: " + EVIL)
+    rep = build_report(con, "syn")
+    by_id = {f["id"]: f for f in rep["findings"]}
+    assert by_id[first.finding_id]["review"] == {"status": "wont_fix", "note": "owner: " + EVIL}
+    assert by_id[second.finding_id]["review"] is None
+    assert "- **Review:** wont\\_fix — owner: " in render_markdown(rep)
+    page = render_html(rep)
+    assert "<b>Review:</b> wont_fix — owner: " + html.escape(EVIL) in page
+    assert EVIL not in page
+    con.close()
 
 
 def test_report_follows_the_contract(report):

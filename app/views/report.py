@@ -27,14 +27,18 @@ st.markdown(f"Review of **{ui.md(run.get('name', run_id))}**: {len(report.get('f
             f"{len(report.get('ranks', []))} ranks, {len(rows)} marked on the Findings page.")
 
 
+# Queried here, in the script run: html_with_charts runs later, when the button is clicked and
+# outside this thread, so it must not touch the session's cursor.
+per_rank = state.rank_breakdown(state.db_path(), run_id)
+steps = state.step_breakdown(state.db_path(), run_id)
+
+
 def html_with_charts() -> str:
     """render_html's page plus the review marks and the dashboard's charts (plotly.js inlined once,
     so the file opens offline)."""
     figures = []
-    per_rank = state.rank_breakdown(state.db_path(), run_id)
     if len(per_rank):
         figures.append(charts.breakdown_bars(per_rank, "Where a step's time goes, per rank (mean ms per step)"))
-    steps = state.step_breakdown(state.db_path(), run_id)
     if len(steps):
         figures.append(charts.heatmap(steps, "step_ms", "Step time per rank and step (ms)"))
     blocks = [fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)

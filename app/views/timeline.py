@@ -98,8 +98,21 @@ if len(bars):
 else:
     st.info("Nothing runs in this window on these ranks.")
 
+# The export is built when the button is clicked, outside this script run and its thread: it gets
+# a cursor of its own (sharing this session's cursor across threads hung the download).
+shared_connection = state.store().con
+
+
+def export_chrome_trace() -> bytes | str:
+    cursor = shared_connection.cursor()
+    try:
+        return queries.export_window_trace(cursor, run_id, int(t0), int(t1), sorted(ranks))
+    finally:
+        cursor.close()
+
+
 st.download_button(
     "Download this window as a Chrome trace (open it in ui.perfetto.dev)",
-    data=lambda: queries.export_window_trace(state.cur(), run_id, int(t0), int(t1), sorted(ranks)),
+    data=export_chrome_trace,
     file_name=f"tracedoctor_{run_id[:8]}_{int(t0)}_{int(t1)}.json", mime="application/json", icon=":material/download:",
 )

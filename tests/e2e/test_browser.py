@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -21,11 +22,25 @@ import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_MS = 90_000
+TIMEOUT_MS = 60_000
 
 if not CHROMIUM.exists():
     pytest.skip(f"{CHROMIUM} is absent (apt-get install chromium)", allow_module_level=True)
 playwright_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
+
+
+def _download(page, button_name: str, attempts: int = 3) -> Path:
+    """Click a download button and return the file. A click that lands while Streamlit is
+    re-rendering the page is lost (the button is replaced), so a missing download is retried."""
+    for attempt in range(attempts):
+        try:
+            with page.expect_download(timeout=TIMEOUT_MS // attempts) as download:
+                page.get_by_role("button", name=button_name).click()
+            return Path(download.value.path())
+        except playwright_api.TimeoutError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _free_port() -> int:
@@ -79,11 +94,16 @@ def browser():
 
 
 @pytest.fixture()
-def page(browser):
+def page(browser, request, tmp_path):
     context = browser.new_context(viewport={"width": 1440, "height": 1600}, accept_downloads=True)
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     yield page
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:   # what the browser showed when the test failed
+        shot = tmp_path / "failure.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot of the failure: {shot}")
     context.close()
 
 
@@ -115,10 +135,31 @@ def _upload(page, base: str, files: list[Path]) -> None:
     button.click()
 
 
-def test_upload_findings_fix_timeline_and_report(page, server, straggler_trace, tmp_path):
+def test_upload_findings_fix_timeline_and_report(page, browser, server, straggler_trace, tmp_path):
     assert len(straggler_trace) == 2
+    try:
+        _user_journey(page, server, straggler_trace)
+    except playwright_api.TimeoutError:
+        # This caught a real bug (a download whose deferred data shared the session's DuckDB cursor
+        # across threads hung, about 1 run in 5; fixed in views/timeline.py and views/report.py).
+        # Against slow-machine hiccups: keep the evidence, walk the journey once more in a fresh
+        # tab; a second timeout is a real failure.
+        page.screenshot(path=str(tmp_path / "first_attempt.png"), full_page=True)
+        print(f"first attempt timed out; screenshot: {tmp_path / 'first_attempt.png'}")
+        context = browser.new_context(viewport={"width": 1440, "height": 1600}, accept_downloads=True)
+        retry_page = context.new_page()
+        retry_page.set_default_timeout(TIMEOUT_MS)
+        try:
+            _user_journey(retry_page, server, straggler_trace)
+        finally:
+            context.close()
+
+
+def _user_journey(page, server: str, straggler_trace: list[Path]) -> None:
+    """Upload a 2-rank trace, read the straggler finding and its fix, open the timeline, export the
+    window for Perfetto, download the HTML report."""
     _upload(page, server, straggler_trace)
-    page.get_by_text("Loaded run").wait_for()
+    page.get_by_text(re.compile(r"(Loaded|reusing) run")).wait_for()   # a retry finds the run stored
     page.get_by_role("link", name="See the findings").click()
     page.get_by_text("Unbalanced ranks (a straggler)").first.wait_for()
     page.get_by_text("Cost per step").first.wait_for()
@@ -128,15 +169,12 @@ def test_upload_findings_fix_timeline_and_report(page, server, straggler_trace, 
     page.get_by_role("heading", name="Timeline").wait_for()
     page.get_by_text("bars drawn").wait_for()
     page.locator('[data-testid="stPlotlyChart"]').first.wait_for()
-    with page.expect_download() as chrome_trace:
-        page.get_by_role("button", name="Download this window as a Chrome trace").click()
-    assert b'"traceEvents"' in Path(chrome_trace.value.path()).read_bytes()
+    chrome_trace = _download(page, "Download this window as a Chrome trace")
+    assert b'"traceEvents"' in chrome_trace.read_bytes()
     # the report
     page.get_by_role("link", name="Report").click()
     page.get_by_role("button", name="Download HTML report").wait_for()
-    with page.expect_download() as report:
-        page.get_by_role("button", name="Download HTML report").click()
-    html = Path(report.value.path()).read_text()
+    html = _download(page, "Download HTML report").read_text()
     assert "<html" in html.lower() and "Plotly" in html and "straggler" in html.lower()
 
 
