@@ -193,14 +193,6 @@ def rank_breakdown(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return _frame(con, sql, {"run_id": run_id})
 
 
-def has_gpu_activity(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
-    """Whether the run has any kernel, copy or memset (CPU-only traces have none)."""
-    return con.execute(
-        "SELECT EXISTS (SELECT 1 FROM events WHERE run_id = $run_id AND kind IN ('kernel', 'memcpy', 'memset'))",
-        {"run_id": run_id},
-    ).fetchone()[0]
-
-
 def time_bounds(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[int, int] | None:
     """First start and last end (ns) of any event with a duration in the run, over all ranks."""
     row = con.execute(

@@ -196,6 +196,12 @@ def rank_summary(path: str, run_id: str) -> pd.DataFrame:
     return pd.DataFrame(summary(cur(), run_id))
 
 
+def is_cpu_only(run_id: str) -> bool:
+    """A run whose ranks have step figures but no GPU activity (rank_summary leaves idle_pct unset)."""
+    summary = rank_summary(db_path(), run_id)
+    return bool(len(summary)) and bool(summary["idle_pct"].isna().all())
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def collectives(path: str, run_id: str) -> pd.DataFrame:
     return queries.collectives(cur(), run_id)

@@ -234,20 +234,28 @@ def test_a_typed_path_that_does_not_exist_is_reported(tmp_path, monkeypatch):
     assert any("no such file or directory" in e.value for e in at.error)
 
 
-def test_bundled_samples_load_on_start_and_once(tmp_path, monkeypatch):
+SAMPLE_MANIFEST = REPO_ROOT / "sample_traces" / "manifest.json"
+
+
+def open_with_samples(tmp_path, monkeypatch):
+    """The app on a new store with the bundled samples: (app, manifest entries, store, {name: run_id})."""
     pytest.importorskip("analyzers.ingest")
-    manifest = REPO_ROOT / "sample_traces" / "manifest.json"
-    entries = json.loads(manifest.read_text())
+    entries = json.loads(SAMPLE_MANIFEST.read_text())
     db = tmp_path / "samples.duckdb"
-    at = open_app(monkeypatch, db, samples=str(manifest))
+    at = open_app(monkeypatch, db, samples=str(SAMPLE_MANIFEST))
     con = connect(db)
-    names = sorted(r[0] for r in con.execute("SELECT name FROM runs").fetchall())
+    by_name = dict(con.execute("SELECT name, run_id FROM runs").fetchall())
     con.close()
-    assert names == sorted(e["name"] for e in entries)
+    return at, entries, db, by_name
+
+
+def test_bundled_samples_load_on_start_and_once(tmp_path, monkeypatch):
+    at, entries, db, by_name = open_with_samples(tmp_path, monkeypatch)
+    assert sorted(by_name) == sorted(e["name"] for e in entries)
     assert at.session_state["run_id"] is not None
     for page in PAGES:
         goto(at, page)
-    at2 = open_app(monkeypatch, db, samples=str(manifest))   # a second session: nothing duplicated
+    at2 = open_app(monkeypatch, db, samples=str(SAMPLE_MANIFEST))   # a second session: nothing duplicated
     assert not at2.exception
     con = connect(db)
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == len(entries)
@@ -321,14 +329,7 @@ def test_findings_beyond_the_third_are_folded(hand_built, monkeypatch):
 
 
 def test_samples_open_on_the_first_manifest_entry_and_cpu_runs_compare_plainly(tmp_path, monkeypatch):
-    pytest.importorskip("analyzers.ingest")
-    manifest = REPO_ROOT / "sample_traces" / "manifest.json"
-    entries = json.loads(manifest.read_text())
-    db = tmp_path / "samples.duckdb"
-    at = open_app(monkeypatch, db, samples=str(manifest))
-    con = connect(db)
-    by_name = dict(con.execute("SELECT name, run_id FROM runs").fetchall())
-    con.close()
+    at, entries, _, by_name = open_with_samples(tmp_path, monkeypatch)
     assert at.session_state["run_id"] == by_name[entries[0]["name"]]
 
     cpu_runs = [by_name[e["name"]] for e in entries if "CPU" in e["name"]][:2]

@@ -29,7 +29,7 @@ comparison = queries.compare_runs(state.cur(), before, after)
 steps = comparison["steps"].set_index("run")
 delta = comparison["delta"]
 # CPU-only traces (e.g. gloo demos) have step times but no GPU time to split into compute/idle.
-cpu_only = not (queries.has_gpu_activity(state.cur(), before) or queries.has_gpu_activity(state.cur(), after))
+cpu_only = state.is_cpu_only(before) and state.is_cpu_only(after)
 if cpu_only:
     st.info("Both runs are CPU-only traces (no kernels or copies): step times and finding costs are compared; "
             "there is no GPU time to break down.")

@@ -41,7 +41,7 @@ else:
 cols[4].metric("Findings", len(found),
                help="costed problems, ranked by GPU time lost per step")
 
-cpu_only = bool(len(summary)) and summary["idle_pct"].isna().all()
+cpu_only = state.is_cpu_only(run_id)
 if cpu_only:
     st.info("This run has no GPU activity (kernels, copies): a CPU-only trace. "
             "Step times are shown; GPU findings do not apply.")
