@@ -8,7 +8,7 @@ CREATE TABLE IF NOT EXISTS runs (
     name        VARCHAR NOT NULL,      -- user-facing name; defaults to the input path's base name
     created_at  TIMESTAMP NOT NULL,    -- when it was ingested
     source      VARCHAR,               -- the path(s) given to ingest, as the user typed them
-    sha256      VARCHAR NOT NULL,      -- full hash over the sorted per-file hashes
+    content_hash VARCHAR NOT NULL,     -- BLAKE3 over the sorted per-file hashes (run_id is its first 12 hex digits)
     world_size  INTEGER,               -- from distributedInfo, else the number of rank files
     tags        VARCHAR[] DEFAULT [],  -- free-form labels ("baseline", "after-fix")
     notes       VARCHAR DEFAULT ''
@@ -19,7 +19,7 @@ CREATE TABLE IF NOT EXISTS ranks (
     run_id            VARCHAR NOT NULL,
     rank              INTEGER NOT NULL,  -- distributedInfo.rank, else from the file name (rank-3, rank3, _3.), else order
     file_name         VARCHAR NOT NULL,  -- the member name as given (zip member or base name)
-    file_sha256       VARCHAR NOT NULL,
+    file_hash         VARCHAR NOT NULL,  -- BLAKE3 of the file's JSON text
     schema_version    VARCHAR,
     device_name       VARCHAR,           -- deviceProperties[0].name, NULL for CPU-only traces
     base_time_ns      BIGINT,            -- baseTimeNanoseconds when present
@@ -51,7 +51,9 @@ CREATE TABLE IF NOT EXISTS events (
     correlation  BIGINT,           -- args.correlation; for flow events their id
     external_id  BIGINT,           -- args["External id"] / args["external id"]
     bytes        BIGINT,           -- memcpy/memset args.bytes
-    args         JSON              -- the event's args object, verbatim
+    -- the event's args object, verbatim. zstd instead of DuckDB's default dictionary+FSST: a
+    -- third smaller (1 GB of trace: 106 vs 159 MB of store) and ~0.7 CPU s per GB cheaper to write
+    args         JSON USING COMPRESSION 'zstd'
 );
 
 -- Analyzer output, one row per finding (rewritten whenever a run is analysed).

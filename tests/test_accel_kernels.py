@@ -16,6 +16,7 @@ from accel.kernels.fused_optimizer import fuse_optimizer, implementation
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU; this machine has none")
+KERNEL_DEVICE = triton_fused.kernel_device()   # "cpu" under TRITON_INTERPRET=1 (tests/test_triton_interpreted.py)
 needs_triton = pytest.mark.skipif(triton_fused.available() is not None,
                                   reason=f"fused Triton kernel cannot run here: {triton_fused.available()}")
 
@@ -142,12 +143,17 @@ def test_compile_reduce_overhead_matches_eager():
 
 
 def test_triton_module_imports_without_triton_and_says_why_it_cannot_run():
-    # Importing succeeded above; calling explains itself. With Triton and CUDA present the
-    # refusal is for CPU tensors instead.
+    # Importing succeeded above; calling explains itself. Where the kernel can run, tensors on
+    # the wrong device are refused instead (CPU tensors on a GPU; others under the interpreter).
     reason = triton_fused.available()
-    expected = "needs CUDA tensors" if reason is None else f"cannot run: {reason}"
+    if reason is not None:
+        expected, device = f"cannot run: {reason}", "cpu"
+    elif triton_fused.INTERPRETED:
+        expected, device = "needs CPU tensors", "meta"
+    else:
+        expected, device = "needs CUDA tensors", "cpu"
     with pytest.raises(RuntimeError, match=re.escape(expected)):
-        triton_fused.fused_bias_gelu_dropout(torch.randn(4, 8), torch.randn(8), p=0.1)
+        triton_fused.fused_bias_gelu_dropout(torch.randn(4, 8, device=device), torch.randn(8, device=device), p=0.1)
 
 
 def test_eager_reference_with_a_given_mask():
@@ -170,9 +176,9 @@ def test_fused_kernel_matches_eager_in_float64(p, training):
     # output and gradients agree to ~1e-15; 1e-12 leaves room for libdevice vs ATen erf.
     # p = 0.5 keeps the dropout scale 1/(1-p) = 2 exact (scalar kernel arguments are float32).
     torch.manual_seed(0)
-    x = torch.randn(37, 129, device="cuda", dtype=torch.float64, requires_grad=True)
-    bias = torch.randn(129, device="cuda", dtype=torch.float64, requires_grad=True)
-    grad = torch.randn(37, 129, device="cuda", dtype=torch.float64)
+    x = torch.randn(37, 129, device=KERNEL_DEVICE, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(129, device=KERNEL_DEVICE, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(37, 129, device=KERNEL_DEVICE, dtype=torch.float64)
     y = triton_fused.fused_bias_gelu_dropout(x, bias, p, training=training, seed=42)
     dx, db = torch.autograd.grad(y, (x, bias), grad)
     keep = triton_fused.keep_mask(x.shape, p, 42)
@@ -186,13 +192,13 @@ def test_fused_kernel_matches_eager_in_float64(p, training):
 
 @needs_triton
 def test_fused_kernel_gradcheck_and_bf16():
-    x = torch.randn(6, 10, device="cuda", dtype=torch.float64, requires_grad=True)
-    bias = torch.randn(10, device="cuda", dtype=torch.float64, requires_grad=True)
+    x = torch.randn(6, 10, device=KERNEL_DEVICE, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(10, device=KERNEL_DEVICE, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(
         lambda a, b: triton_fused.fused_bias_gelu_dropout(a, b, 0.5, training=True, seed=7), (x, bias))
     # bfloat16: the kernel computes in float32 and rounds once; eager rounds after each op.
-    xb = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
-    bb = torch.randn(256, device="cuda", dtype=torch.bfloat16)
+    xb = torch.randn(64, 256, device=KERNEL_DEVICE, dtype=torch.bfloat16)
+    bb = torch.randn(256, device=KERNEL_DEVICE, dtype=torch.bfloat16)
     want = triton_fused.eager_bias_gelu_dropout(xb.float(), bb.float(), 0.1, training=False)
     got = triton_fused.fused_bias_gelu_dropout(xb, bb, 0.1, training=False)
     torch.testing.assert_close(got.float(), want, rtol=1.6e-2, atol=1e-2)

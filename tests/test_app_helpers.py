@@ -18,10 +18,10 @@ AFTER_RUN = "run_after_0002"
 
 
 def add_run(con, run_id: str, name: str, ranks: list[int]) -> None:
-    con.execute("INSERT INTO runs (run_id, name, created_at, source, sha256, world_size) VALUES (?, ?, ?, ?, ?, ?)",
+    con.execute("INSERT INTO runs (run_id, name, created_at, source, content_hash, world_size) VALUES (?, ?, ?, ?, ?, ?)",
                 [run_id, name, datetime(2026, 1, 1), f"/traces/{name}", run_id * 2, len(ranks)])
     for rank in ranks:
-        con.execute("INSERT INTO ranks (run_id, rank, file_name, file_sha256, n_events) VALUES (?, ?, ?, ?, ?)",
+        con.execute("INSERT INTO ranks (run_id, rank, file_name, file_hash, n_events) VALUES (?, ?, ?, ?, ?)",
                     [run_id, rank, f"{name}_rank{rank}.json", f"{run_id}{rank}", 0])
 
 

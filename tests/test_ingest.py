@@ -56,7 +56,7 @@ def test_new_schema_kinds_and_fields(con, tmp_path):
                     "distributed_info->>'backend', trace_meta->>'traceName', json_array_length(device_properties) "
                     "FROM ranks WHERE run_id = ?", res.run_id)
     assert rank == (0, "rank0.json", "1", "NVIDIA H100", 1700000000000000000, 17, "nccl", "t.json", 1)
-    run = one(con, "SELECT name, world_size, length(sha256) FROM runs WHERE run_id = ?", res.run_id)
+    run = one(con, "SELECT name, world_size, length(content_hash) FROM runs WHERE run_id = ?", res.run_id)
     assert run == ("rank0", 4, 64)
     assert len(res.run_id) == 12 and res.ranks == [0]
 
@@ -244,7 +244,7 @@ def test_many_parts_give_the_same_rows(con, tmp_path, monkeypatch, bad_cut):
     calls = []
     real_write_parts = ingest_core.write_parts
     monkeypatch.setattr(ingest_core, "write_parts",
-                        lambda path, lay, tmpdir, n: calls.append(n) or real_write_parts(path, lay, tmpdir, n))
+                        lambda files, tmpdir, workers: calls.append(files[0][2]) or real_write_parts(files, tmpdir, workers))
     res = ingest_paths(con, [path], limits=Limits(part_bytes=4096))
     assert calls[0] > 100            # really cut into many ranges
     assert res.errors == []
@@ -288,3 +288,37 @@ def test_file_backed_store_and_memory_setting_untouched(tmp_path):
     store.close()
     again = duckdb.connect(str(tmp_path / "td.duckdb"))
     assert again.execute("SELECT count(*) FROM events WHERE run_id = ?", [res.run_id]).fetchone() == (17,)
+
+
+@pytest.mark.parametrize("sizes, threads, expected", [
+    ([1075 << 20], 2, [6]),                 # equal ranges, a multiple of the threads
+    ([108 << 20], 2, [2]),
+    ([128 << 20] * 8, 2, [1] * 8),          # one range per rank file when they already balance
+    ([128 << 20] * 3, 2, [2, 1, 1]),        # 3 files on 2 threads: one more cut
+    ([None, 128 << 20], 2, [1, 3]),         # a file read as one range is never cut
+    ([500 << 20, 100 << 20], 2, [3, 1]),
+    ([1 << 30], 1, [4]),
+])
+def test_part_counts_keep_every_thread_busy(sizes, threads, expected):
+    counts = ingest_core.part_counts(sizes, threads, 256 << 20)
+    assert counts == expected
+    assert sum(counts) % threads == 0
+
+
+def test_store_written_by_an_earlier_version_is_migrated(tmp_path):
+    # stores written before the BLAKE3 switch name the hash columns sha256 / file_sha256
+    path = tmp_path / "old.duckdb"
+    old = duckdb.connect(str(path))
+    old.execute("CREATE TABLE runs (run_id VARCHAR PRIMARY KEY, name VARCHAR NOT NULL, created_at TIMESTAMP "
+                "NOT NULL, source VARCHAR, sha256 VARCHAR NOT NULL, world_size INTEGER, tags VARCHAR[] DEFAULT [], "
+                "notes VARCHAR DEFAULT '')")
+    old.execute("CREATE TABLE ranks (run_id VARCHAR NOT NULL, rank INTEGER NOT NULL, file_name VARCHAR NOT NULL, "
+                "file_sha256 VARCHAR NOT NULL)")
+    old.execute("INSERT INTO runs (run_id, name, created_at, sha256) VALUES ('abc', 'kept', now(), 'h')")
+    old.close()
+    con = connect(path)
+    assert con.execute("SELECT run_id, name, content_hash FROM runs").fetchall() == [("abc", "kept", "h")]
+    cols = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'ranks'").fetchall()}
+    assert "file_hash" in cols and "file_sha256" not in cols
+    con.close()
+    connect(path).close()   # opening it again is a no-op

@@ -55,8 +55,8 @@ def synthetic_events():
 @pytest.fixture()
 def syn():
     con = ensure_loaded(connect(":memory:"))
-    con.execute("INSERT INTO runs (run_id, name, created_at, sha256, world_size) VALUES ('syn', 'syn', now(), 'x', 1)")
-    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_sha256) VALUES ('syn', 0, 'syn.json', 'x')")
+    con.execute("INSERT INTO runs (run_id, name, created_at, content_hash, world_size) VALUES ('syn', 'syn', now(), 'x', 1)")
+    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_hash) VALUES ('syn', 0, 'syn.json', 'x')")
     rows = synthetic_events()
     con.executemany(f"INSERT INTO events ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))})",
                     [[r.get(c) for c in COLS] for r in rows])

@@ -26,9 +26,9 @@ FINDING_KEYS = {"id", "kind", "severity", "rank", "step", "stream", "start_us", 
 @pytest.fixture()
 def report():
     con = connect(":memory:")
-    con.execute("INSERT INTO runs (run_id, name, created_at, sha256, world_size) VALUES ('syn', ?, now(), 'x', 1)",
+    con.execute("INSERT INTO runs (run_id, name, created_at, content_hash, world_size) VALUES ('syn', ?, now(), 'x', 1)",
                 [EVIL])
-    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_sha256) VALUES ('syn', 0, ?, 'x')", [EVIL + ".json"])
+    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_hash) VALUES ('syn', 0, ?, 'x')", [EVIL + ".json"])
     rows = synthetic_events()
     for r in rows:        # a hostile kernel name must come out escaped wherever it shows up
         if r["kind"] == "kernel" and r["name"] == "vectorized_elementwise_kernel":
@@ -43,8 +43,8 @@ def report():
 
 def test_review_marks_reach_json_markdown_and_html_escaped():
     con = connect(":memory:")
-    con.execute("INSERT INTO runs (run_id, name, created_at, sha256, world_size) VALUES ('syn', 'r', now(), 'x', 1)")
-    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_sha256) VALUES ('syn', 0, 'r0.json', 'x')")
+    con.execute("INSERT INTO runs (run_id, name, created_at, content_hash, world_size) VALUES ('syn', 'r', now(), 'x', 1)")
+    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_hash) VALUES ('syn', 0, 'r0.json', 'x')")
     con.executemany(f"INSERT INTO events ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))})",
                     [[r.get(c) for c in COLS] for r in synthetic_events()])
     first, second = analyze_run(con, "syn", {"MIN_FINDING_PCT": 0.0})[:2]
@@ -119,8 +119,8 @@ def test_report_carries_the_analyses_notes(monkeypatch):
 
     monkeypatch.setattr(launch_gap, "find", noting_find)
     con = connect(":memory:")
-    con.execute("INSERT INTO runs (run_id, name, created_at, sha256, world_size) VALUES ('cpu', 'cpu', now(), 'x', 1)")
-    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_sha256) VALUES ('cpu', 0, 'cpu.json', 'x')")
+    con.execute("INSERT INTO runs (run_id, name, created_at, content_hash, world_size) VALUES ('cpu', 'cpu', now(), 'x', 1)")
+    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_hash) VALUES ('cpu', 0, 'cpu.json', 'x')")
     assert build_report(con, "cpu")["notes"][0].startswith("The trace has no GPU activity")
     analyze_run(con, "cpu")
     notes = build_report(con, "cpu")["notes"]

@@ -9,9 +9,9 @@ from analyzers.store import connect
 def con():
     c = connect(":memory:")
     for run_id, name in (("aaa111", "first"), ("aaa222", "second"), ("bbb333", "third")):
-        c.execute("INSERT INTO runs (run_id, name, created_at, sha256) VALUES (?, ?, now(), ?)",
+        c.execute("INSERT INTO runs (run_id, name, created_at, content_hash) VALUES (?, ?, now(), ?)",
                   [run_id, name, run_id * 2])
-        c.execute("INSERT INTO ranks (run_id, rank, file_name, file_sha256, n_events) VALUES (?, 0, 'r0.json', 'x', 10)",
+        c.execute("INSERT INTO ranks (run_id, rank, file_name, file_hash, n_events) VALUES (?, 0, 'r0.json', 'x', 10)",
                   [run_id])
         c.execute("INSERT INTO events (run_id, rank, kind, name, ts_ns, dur_ns) VALUES (?, 0, 'kernel', 'k', 0, 5)",
                   [run_id])

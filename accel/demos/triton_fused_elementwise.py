@@ -20,6 +20,8 @@ ROWS, COLS, P = 8192, 4096, 0.1
 
 def run(out_dir: Path, device: str, steps: int) -> DemoResult:
     reason = triton_fused.available()
+    if triton_fused.INTERPRETED:
+        reason = "TRITON_INTERPRET=1 runs Triton kernels on the CPU to check them, not to time them"
     if device != "cuda" or reason:
         return skip("triton_fused_elementwise", device,
                     f"the fused kernel needs CUDA and Triton: {reason or '--device cpu chosen'}",

@@ -15,11 +15,14 @@ the dropout scale 1/(1-p)) reach the kernel as float32, so in float64 mode the s
 only for p such as 0.5 or 0.75; for other p it differs from eager's by float32 rounding (~6e-8
 relative), far below what dropout's randomness matters for.
 This module imports without Triton; calling the kernels without Triton (or without CUDA)
-raises RuntimeError saying so.
+raises RuntimeError saying so. With TRITON_INTERPRET=1 set before it is imported, the same
+kernels run on CPU tensors through Triton's interpreter (numpy, ~1e4x slower): how the tests
+check them, in float64 against eager PyTorch, on machines without a GPU. Never for timing.
 """
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -31,6 +34,8 @@ except ImportError:  # pragma: no cover - exercised on machines without Triton
     tl = None
 
 TRITON_MISSING = "Triton is not installed (it comes with CUDA builds of PyTorch)"
+# triton.jit decides at decoration time whether a kernel is compiled or interpreted
+INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET") == "1"
 BLOCK_SIZE = 1024
 MAX_ELEMENTS = 2**31 - 1  # int32 offsets (they also index the Philox stream)
 
@@ -39,9 +44,16 @@ def available() -> str | None:
     """None when the fused kernel can run here, else the plain reason it cannot."""
     if triton is None:
         return TRITON_MISSING
+    if INTERPRETED:
+        return None
     if not torch.cuda.is_available():
         return "no CUDA GPU on this machine"
     return None
+
+
+def kernel_device() -> str:
+    """Where the kernels' tensors must live: CUDA, or the CPU under Triton's interpreter."""
+    return "cpu" if INTERPRETED else "cuda"
 
 
 if triton is not None:
@@ -108,7 +120,9 @@ def _check(x: torch.Tensor, bias: torch.Tensor, p: float) -> None:
     reason = available()
     if reason:
         raise RuntimeError(f"fused_bias_gelu_dropout cannot run: {reason}")
-    if not (x.is_cuda and bias.is_cuda):
+    if INTERPRETED and (x.device.type != "cpu" or bias.device.type != "cpu"):
+        raise RuntimeError("fused_bias_gelu_dropout under TRITON_INTERPRET=1 needs CPU tensors")
+    if not INTERPRETED and not (x.is_cuda and bias.is_cuda):
         raise RuntimeError("fused_bias_gelu_dropout needs CUDA tensors")
     if bias.dim() != 1 or x.shape[-1] != bias.shape[0]:
         raise ValueError(f"bias must be 1-D with x.shape[-1]={x.shape[-1]} elements, "
@@ -169,13 +183,13 @@ def fused_bias_gelu_dropout(x: torch.Tensor, bias: torch.Tensor, p: float = 0.1,
 
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float, seed: int,
-              device: torch.device | str = "cuda") -> torch.Tensor:
+              device: torch.device | str | None = None) -> torch.Tensor:
     """The boolean keep-mask the fused kernel uses for (shape, p, seed): for tests and checks."""
     reason = available()
     if reason:
         raise RuntimeError(f"keep_mask cannot run: {reason}")
     n = math.prod(shape)
-    mask = torch.empty(n, dtype=torch.int8, device=device)
+    mask = torch.empty(n, dtype=torch.int8, device=device or kernel_device())
     if n:
         _keep_mask_kernel[_grid(n)](mask, n, float(p), int(seed), BLOCK=BLOCK_SIZE)
     return mask.view(*shape).bool()

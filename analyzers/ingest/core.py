@@ -1,6 +1,6 @@
 """ingest_paths: rank files → one run in the store, in one transaction, or nothing at all.
 
-Steps: sources (inputs → plain JSON files + sha256) → layout (where the event list is, the
+Steps: sources (inputs → plain JSON files + content hashes) → layout (where the event list is, the
 metadata around it) → ranks → reuse check on the content hash → one transaction that parses
 every rank's events (parse.py), writes the ranks rows and the run row. A file DuckDB refuses
 is retried the cheaper ways first (lenient typing, one range), else reported and the
@@ -8,7 +8,6 @@ transaction redone without it, so good files of the same call still load.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -19,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+import blake3
 import duckdb
 
 from ..model import FileError, IngestResult
@@ -169,7 +169,7 @@ def _retry_cheaper(failure: _ParseFailure) -> bool:
 
 
 def _run_id(items: list[_RankInput]) -> tuple[str, str]:
-    full = hashlib.sha256("\n".join(sorted(i.source.sha256 for i in items)).encode()).hexdigest()
+    full = blake3.blake3("\n".join(sorted(i.source.content_hash for i in items)).encode()).hexdigest()
     return full[:12], full
 
 
@@ -241,13 +241,13 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
                                           "fields (each needs 'ph', a numeric 'ts', and 'dur' >= 0 when ph is 'X')"))
             cols = rank_columns(item.layout.meta)
             con.execute(
-                "INSERT INTO ranks (run_id, rank, file_name, file_sha256, schema_version, device_name, base_time_ns, "
+                "INSERT INTO ranks (run_id, rank, file_name, file_hash, schema_version, device_name, base_time_ns, "
                 "distributed_info, device_properties, trace_meta, n_events) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [run_id, item.rank, item.source.member, item.source.sha256, cols["schema_version"],
+                [run_id, item.rank, item.source.member, item.source.content_hash, cols["schema_version"],
                  cols["device_name"], cols["base_time_ns"], cols["distributed_info"], cols["device_properties"],
                  cols["trace_meta"], kept])
         con.execute(
-            "INSERT INTO runs (run_id, name, created_at, source, sha256, world_size) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO runs (run_id, name, created_at, source, content_hash, world_size) VALUES (?, ?, ?, ?, ?, ?)",
             [run_id, name, datetime.now(timezone.utc).replace(tzinfo=None), source, full_hash,
              world_size([i.layout.meta for i in items])])
         con.execute("COMMIT")
@@ -267,10 +267,11 @@ def _parse(con: duckdb.DuckDBPyConnection, run_id: str, items: list[_RankInput],
     """Cut each file into ranges (enough to keep every thread busy) and parse them in one statement."""
     rank_parts: list[tuple[int, list[str]]] = []
     try:
-        for item in items:
-            per_file = -(-threads // len(items))
-            wanted = 1 if item.single_range else max(per_file, -(-item.layout.body_bytes // limits.part_bytes))
-            parts = write_parts(item.source.path, item.layout, tmpdir, wanted)
+        wanted = part_counts([None if item.single_range else item.layout.body_bytes for item in items],
+                             threads, limits.part_bytes)
+        part_lists = write_parts([(item.source.path, item.layout, n) for item, n in zip(items, wanted)],
+                                 tmpdir, threads)
+        for item, parts in zip(items, part_lists):
             item.part_count = len(parts)
             rank_parts.append((item.rank, parts))
         insert_events(con, run_id, rank_parts, exact=exact, lenient=blame is not None and blame.lenient)
@@ -279,6 +280,25 @@ def _parse(con: duckdb.DuckDBPyConnection, run_id: str, items: list[_RankInput],
     finally:
         for _, parts in rank_parts:
             remove_parts(parts)
+
+
+def part_counts(sizes: list[int | None], threads: int, part_bytes: int) -> list[int]:
+    """How many ranges to cut each file into: ranges of about equal size, at most part_bytes, and
+    a multiple of `threads` in all (None: the file is read as one range).
+
+    DuckDB hands each range to the next free thread, so with 5 equal ranges on 2 threads the last
+    one runs alone: 1 GB in 5 ranges parsed in 4.45 s, in 4 or 6 ranges in 3.8 s.
+    """
+    sizes_known = [s for s in sizes if s is not None]
+    total = sum(sizes_known)
+    rounds = max(1, -(-total // max(1, threads * part_bytes)))
+    target = max(1.0, total / (rounds * threads))
+    counts = [1 if s is None else max(1, round(s / target)) for s in sizes]
+    splittable = [i for i, s in enumerate(sizes) if s is not None]
+    while splittable and sum(counts) % threads:
+        biggest = max(splittable, key=lambda i: sizes[i] / counts[i])   # the largest ranges get cut
+        counts[biggest] += 1
+    return counts
 
 
 def default_name(paths: list) -> str:

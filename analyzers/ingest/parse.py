@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -31,9 +33,8 @@ _READ_JSON = ("read_json($parts, format = 'array', columns = " + _COLUMNS +
 _FIELDS = ('{"ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "VARCHAR", "tid": "VARCHAR", '
            '"ts": "DOUBLE", "dur": "DOUBLE", "id": "VARCHAR", "args": "JSON"}')
 _READ_EXACT = (f"(SELECT filename, unnest(json_transform(json, '{_FIELDS}')), "
-               # whole µs, the first 3 decimals (ns) and the next digit (to round), in one regexp
-               "regexp_extract(json::VARCHAR, '\"ts\"\\s*:\\s*([0-9]+)(?:\\.([0-9]{0,3})([0-9]?))?', "
-               "['us', 'ns', 'next']) AS ts_digits "
+               # the number's text (one group; split into whole µs and decimals below)
+               "regexp_extract(json::VARCHAR, '\"ts\"\\s*:\\s*([0-9]+(?:\\.[0-9]*)?)', 1) AS ts_text "
                f"FROM read_json_objects($parts, format = 'array', maximum_object_size = {_MAX_OBJECT}, "
                "filename = true))")
 _TS_GUARD = "WHEN ts IS NULL OR NOT isfinite(ts) OR abs(ts) >= 9.0e15 THEN NULL"
@@ -46,13 +47,13 @@ _TS_FLOAT = f"CASE {_TS_GUARD} ELSE {_TS_SPLIT} END"
 # when they are the same number (the regexp could meet a nested "ts" first; a negative or
 # exponent-form ts does not match and keeps the float value). Integer arithmetic on the digits:
 # a DECIMAL(38, 9) cast of the text cost 1.7 CPU s per GB more.
-_TS_US = "TRY_CAST(ts_digits.us AS BIGINT)"
+_TS_US = "TRY_CAST(split_part(ts_text, '.', 1) AS BIGINT)"
+_TS_FRACTION = "split_part(ts_text, '.', 2)"   # '' when the text has none
 _TS_EXACT = (f"CASE {_TS_GUARD} "
              f"WHEN abs({_TS_US} - ts) <= 2.0 "   # the whole µs vs a float within 1 µs step
              f"THEN {_TS_US} * 1000 "
-             "+ coalesce(TRY_CAST(ts_digits.ns AS BIGINT) * CASE length(ts_digits.ns) WHEN 1 THEN 100 WHEN 2 THEN 10 "
-             "ELSE 1 END, 0) "
-             "+ CASE WHEN ts_digits.next >= '5' THEN 1 ELSE 0 END "
+             f"+ CAST(substr({_TS_FRACTION} || '000', 1, 3) AS BIGINT) "   # ns: the first 3 decimals
+             f"+ CASE WHEN substr({_TS_FRACTION}, 4, 1) >= '5' THEN 1 ELSE 0 END "   # rounded by the 4th
              f"ELSE {_TS_SPLIT} END")
 FLOAT_EXACT_LIMIT_NS = (1 << 43) * 1000
 SMALL_BODY = 4 << 20   # below this a file with epoch-scale timestamps is always re-read exactly
@@ -81,21 +82,38 @@ def predict_exact(path: str, layout: Layout) -> bool:
     return any(int(m.group(1)) >= FLOAT_EXACT_LIMIT_NS // 1000 for m in _FRACTIONAL_TS.finditer(sample))
 
 
-def write_parts(path: str, layout: Layout, tmpdir: str, parts: int) -> list[str]:
-    """Copy each byte range of the event list into its own '[...]' file."""
-    out: list[str] = []
+def write_parts(files: list[tuple[str, Layout, int]], tmpdir: str, workers: int) -> list[list[str]]:
+    """Copy each byte range of each file's event list into its own '[...]' file.
+
+    files: (path, layout, wanted number of ranges). The copies run on `workers` threads
+    (copy_file_range works in the kernel, without the GIL): 1 GB took 0.42-0.55 s on one, 0.25
+    on two. Returns the part paths of each file, in order; nothing is left behind on failure.
+    """
+    jobs = [(index, path, start, stop)
+            for index, (path, layout, wanted) in enumerate(files)
+            for start, stop in split_points(path, layout, wanted)]
+    made: list[str] = []
+    made_lock = threading.Lock()
+
+    def copy_one(job: tuple[int, str, int, int]) -> str:
+        _, path, start, stop = job
+        fd, part_path = tempfile.mkstemp(dir=tmpdir, suffix=".part.json")
+        with made_lock:
+            made.append(part_path)
+        with os.fdopen(fd, "wb") as dst, open(path, "rb") as src:
+            dst.write(b"[")
+            dst.flush()
+            _copy_range(src.fileno(), dst.fileno(), start, stop - start)
+            dst.write(b"]")
+        return part_path
+
+    out: list[list[str]] = [[] for _ in files]
     try:
-        with open(path, "rb") as src:
-            for start, stop in split_points(path, layout, parts):
-                fd, part_path = tempfile.mkstemp(dir=tmpdir, suffix=".part.json")
-                out.append(part_path)
-                with os.fdopen(fd, "wb") as dst:
-                    dst.write(b"[")
-                    dst.flush()
-                    _copy_range(src.fileno(), dst.fileno(), start, stop - start)
-                    dst.write(b"]")
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs)))) as pool:
+            for (index, *_), part_path in zip(jobs, pool.map(copy_one, jobs)):
+                out[index].append(part_path)
     except BaseException:
-        remove_parts(out)
+        remove_parts(made)
         raise
     return out
 
