@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 FINDING_KINDS = ("launch_gap", "host_sync", "h2d_stall", "dataloader_stall", "rank_imbalance",
-                 "comm_exposed")
+                 "comm_exposed", "runtime_stall")
 NEEDS = frozenset({"cuda", "triton", "multi_rank", "multi_gpu"})
 
 Metrics = Mapping[str, Any]
@@ -113,6 +113,8 @@ class Fix:
 #   overlap_pct (0..100)          communication overlapped with compute
 #   grad_accum_steps (int)        micro-steps per optimizer step
 #   nodes, world_size, local_world_size (int)
+#   allocator_share (0..1)        share of a runtime stall's time in memory-management calls
+#                                 (cudaMalloc/cudaFree/cudaHostAlloc/cuMemCreate/hipMalloc...)
 
 def _graph_capturable(m: Metrics) -> str | None:
     # A CUDA graph replays fixed shapes and cannot contain host syncs.
@@ -206,6 +208,15 @@ def _multi_node(m: Metrics) -> bool | None:
     world, local = num(m, "world_size"), num(m, "local_world_size")
     if world is not None and local is not None and world <= local:
         return False   # one node: NCCL's own ring/tree is already hierarchical enough
+    return None
+
+
+def _allocator_bound(m: Metrics) -> str | None:
+    share = num(m, "allocator_share")
+    if share is not None and share < 0.2:
+        return (f"the stalled calls are not memory management (only {share:.0%} of the stalled "
+                "time; the rest is most likely CUDA start-up or lazy module loading): profile after warm-up "
+                "instead")
     return None
 
 
@@ -366,6 +377,38 @@ _FIX_LIST = [
         fit={"dataloader_stall": 0.9, "h2d_stall": 0.4},
         reads=("num_workers", "cpu_count", "wait_ms_per_step", "step_time_ms"),
         predicate=_loader_can_grow,
+    ),
+    Fix(
+        id="allocator_tuning",
+        title="Keep the CUDA caching allocator warm (no empty_cache in the loop, expandable segments)",
+        addresses=["runtime_stall"],
+        needs=["cuda"],
+        snippet=(
+            "from accel.kernels.allocator import keep_cache_warm, expandable_segments\n"
+            "print(expandable_segments())  # before the first CUDA tensor: fewer cudaMalloc calls\n"
+            "with keep_cache_warm() as swallowed:  # torch.cuda.empty_cache() is a no-op inside\n"
+            "    for batch in loader:\n"
+            "        train_step(batch)\n"
+            "print(f\"{swallowed.calls} empty_cache calls skipped\")\n"
+        ),
+        description=(
+            "torch.cuda.empty_cache() every step hands the caching allocator's free segments back "
+            "to the driver: cudaFree synchronises the whole device and the next step pays "
+            "cudaMalloc again for the same memory. keep_cache_warm() turns those calls (yours or a "
+            "library's) into no-ops for the loop; expandable segments let the allocator grow one "
+            "segment instead of cudaMalloc-ing new ones when varying shapes fragment the cache, "
+            "which is also the fix for the out-of-memory errors empty_cache was meant to avoid. "
+            "Pinning fresh host tensors every step (cudaHostAlloc) wants one pinned buffer reused "
+            "instead. Does not help when the stall is CUDA start-up (context creation in the first "
+            "cudaFree, lazy module loading in a first cudaLaunchKernel) caught because profiling "
+            "started cold: profile after warm-up with "
+            "torch.profiler.schedule(wait=1, warmup=1, active=3) instead."
+        ),
+        module="accel.kernels.allocator",
+        demo_module="accel.demos.allocator_tuning",
+        fit={"runtime_stall": 0.9},
+        reads=("allocator_share",),
+        predicate=_allocator_bound,
     ),
     # --- owned by the accel-dist helper (modules and demos under accel/comm, accel/demos/dist_*) --
     Fix(

@@ -30,6 +30,14 @@ TINY_RUN_MIN_KERNELS = 8
 TINY_RUN_MAX_GAP_NS = 50_000
 # A gap counts as data loading / host sync when that CPU activity covers at least this share of it.
 CAUSE_MIN_COVER_FRACTION = 0.5
+# A runtime/driver call that neither launches, syncs, copies nor manages memory stalls the CPU
+# when it lasts this long: calls such as cudaLaunchKernel or cudaEventRecord take 2-20 us
+# (HTA flags launches over 50 us); 1 ms is CUDA start-up, lazy module loading or contention.
+# Memory-management calls (cudaMalloc, cudaFree, ...) count at any duration.
+RUNTIME_STALL_MIN_NS = 1_000_000
+# A runtime call this long is one-off start-up (context creation, lazy module loading), whatever
+# its name: steady-state cudaMalloc/cudaFree of even GB-sized segments take single-digit ms.
+RUNTIME_STARTUP_CALL_NS = 100_000_000
 
 # --- host-to-device copies (analyses/h2d_stall.py) --------------------------------------------
 # Practical host-to-device bandwidth of PCIe Gen4 x16: 32 GB/s raw per direction, ~25 GB/s

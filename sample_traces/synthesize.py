@@ -121,6 +121,10 @@ class Workload:
     nccl_latency_ns: int = 12 * US
     comm_cpu_ns: int = 6 * US           # host time in record_param_comms around the launch
     jitter: float = 0.01                # relative sd of GPU durations (seeded)
+    empty_cache_frees: int = 0          # torch.cuda.empty_cache() ending every step: cudaFree calls
+    free_ns: int = 300 * US             # host time in one cudaFree (after the device has drained)
+    malloc_layers: int = 0              # forward layers re-allocating their output (cudaMalloc) after it
+    malloc_ns: int = 1 * MS             # host time in one cudaMalloc of a fresh segment
 
 
 @dataclass
@@ -140,6 +144,12 @@ def _scenarios(world_size: int | None) -> dict[str, Scenario]:
     straggler_rank = straggler_ws - 2 if straggler_ws > 2 else straggler_ws - 1
     all_ws = ws or 4
     all_straggler = all_ws - 1
+    churn = replace(base, empty_cache_frees=3, free_ns=300 * US, malloc_layers=3, malloc_ns=1 * MS)
+    # allocator_churn: the GPU idles through the frees and the loader after them (one gap), all
+    # through the first cudaMalloc, and through what of each later one outlasts the layer (GEMM +
+    # relu) queued before it
+    free_gap = churn.empty_cache_frees * churn.free_ns + churn.loader_ns
+    malloc_gaps = churn.malloc_layers * churn.malloc_ns - (churn.malloc_layers - 1) * (churn.gemm_ns + churn.act_ns)
     return {
         "control": Scenario(
             "control", "compute-bound, comm overlapped with backward, balanced ranks", ws or 2, base),
@@ -176,6 +186,14 @@ def _scenarios(world_size: int | None) -> dict[str, Scenario]:
             ws or 2, replace(base, comm="after_backward", params_split=8),
             planted=[{"kind": "comm_exposed",
                       "design": "64 all-reduces of 2 MiB (256 KiB for layer 0) serialised after backward"}]),
+        "allocator_churn": Scenario(
+            "allocator_churn", "torch.cuda.empty_cache() ends every step: 3 cudaFree (the first waits "
+                               "for the device), then cudaMalloc before each of the first 3 forward layers",
+            ws or 2, churn,
+            planted=[{"kind": "runtime_stall", "design_ns_per_step": free_gap + malloc_gaps,
+                      # the gap after the frees spans the step boundary: the last recorded step's
+                      # runs past the last GPU op, so N recorded steps hold N - 1 of them
+                      "design_boundary_ns": free_gap}]),
         "all": Scenario(
             "all", f"{all_ws}-rank job: rank {all_straggler} straggles, single-process loader, pageable "
                    "copies, `.item()` after 4 forward layers, gradients all-reduced after backward", all_ws,
@@ -206,6 +224,7 @@ class GpuOp:
     external_id: int
     args: dict[str, Any]
     cause: str               # why the host issued it when it did: launch | dataloader | h2d_stall | host_sync
+                             # | runtime_stall
     step: int
     arrival: int | None = None   # collectives: when the last rank's instance started (transfer begins)
 
@@ -352,6 +371,19 @@ class RankModel:
                                                      "context": 1}},
                             call_start, done - call_start))
 
+    def runtime_call(self, name: str, dur_ns: int, cbid: int, synchronizes_device: bool = False) -> None:
+        """A runtime call that neither launches nor copies (cudaMalloc, cudaFree, ...): `dur_ns`
+        of host time; `synchronizes_device` = what cudaFree does: first wait for every stream to
+        drain. The next GPU op is then issued late because the host sat in the runtime."""
+        call_start = self.cpu
+        if synchronizes_device:
+            self.cpu = max(self.cpu, *self.stream_free.values())
+        self.cpu += self._jitter(dur_ns)
+        corr = self.next_corr
+        self.next_corr += 1
+        self._runtime(name, call_start, self.cpu, corr, cbid)
+        self.pending_cause = "runtime_stall"
+
     def stream_wait(self, waiter: int, waited: int) -> None:
         """cudaEventRecord on `waited` + cudaStreamWaitEvent on `waiter`."""
         t = self.cpu
@@ -406,7 +438,8 @@ def _train_step(m: RankModel, step: int) -> Iterator[CollectiveRequest]:
         with m.annotation(wl.loader):
             with m.cpu_op("aten::stack", args={"Input Dims": [[]], "Input type": ["TensorList"]}):
                 m.work(max(0, wl.loader_ns - wl.op_cpu_ns))
-        m.pending_cause = "dataloader"
+        # (a runtime stall ending the previous step keeps the blame: the loader ran inside its gap)
+        m.pending_cause = m.pending_cause or "dataloader"
         with m.cpu_op("aten::to", args={"Input Dims": [[wl.tokens, wl.hidden]], "Input type": ["float"]}):
             with m.cpu_op("aten::_to_copy"):
                 with m.cpu_op("aten::copy_"):
@@ -422,6 +455,9 @@ def _train_step(m: RankModel, step: int) -> Iterator[CollectiveRequest]:
                 with m.cpu_op("aten::linear", args={"Input Dims": dims, "Input type": ["float"] * 3}):
                     with m.cpu_op("aten::addmm", args={"Input Dims": [[wl.hidden], [wl.tokens, wl.hidden],
                                                                       [wl.hidden, wl.hidden]]}):
+                        if layer < wl.malloc_layers:
+                            # the emptied caching allocator maps a fresh segment for the output
+                            m.runtime_call("cudaMalloc", wl.malloc_ns, 20)
                         m.launch(GEMM_KERNEL, wl.gemm_ns)
                 with m.cpu_op("aten::relu", args={"Input Dims": [[wl.tokens, wl.hidden]]}):
                     m.launch(RELU_KERNEL, wl.act_ns)
@@ -473,6 +509,10 @@ def _train_step(m: RankModel, step: int) -> Iterator[CollectiveRequest]:
                                 :wl.per_param_kernels]:
                             with m.cpu_op(op_name, overhead_ns=wl.per_param_cpu_ns - wl.launch_cpu_ns):
                                 m.launch(ELEMENTWISE_KERNEL, wl.per_param_kernel_ns)
+        for i in range(wl.empty_cache_frees):
+            # torch.cuda.empty_cache(): cudaFree of every cached segment; the first waits for the
+            # device to finish (cudaFree synchronises implicitly), the GPU idles through the rest
+            m.runtime_call("cudaFree", wl.free_ns, 22, synchronizes_device=i == 0)
     m.step_windows.append((step, step_start, m.cpu))
 
 
@@ -591,6 +631,8 @@ def _problems(scenario: Scenario, per_rank: list[dict[str, Any]], straggler: int
             add("dataloader_stall", f["rank"], idle.get("dataloader", 0), f)
         if "h2d_stall" in planted_kinds:
             add("h2d_stall", f["rank"], f["pageable_h2d_ns_per_step"] + idle.get("h2d_stall", 0), f)
+        if "runtime_stall" in planted_kinds:
+            add("runtime_stall", f["rank"], idle.get("runtime_stall", 0), f)
         if "comm_exposed" in planted_kinds:
             # A rank that waits for a straggler also transfers late, after its own compute is
             # over; that lateness is the straggler's doing. The exposure fixing the comm itself

@@ -19,3 +19,20 @@ def ingest_clean(paths):
 def run_analysis(module, con, run_id, **thresholds):
     """One analysis module's findings, with the framework's context (thresholds overridable)."""
     return module.find(con, run_id, build_context(con, run_id, thresholds or None))
+
+
+EVENT_COLUMNS = ("run_id", "rank", "kind", "cat", "ph", "name", "ts_ns", "dur_ns", "device", "stream", "correlation",
+                 "external_id", "bytes", "args")
+
+
+def hand_written_store(rows, run_id="syn", name=None, file_name=None):
+    """An in-memory store holding one single-rank run made of hand-written event rows (dicts
+    keyed by EVENT_COLUMNS; missing keys are NULL), macros loaded."""
+    con = ensure_loaded(connect(":memory:"))
+    con.execute("INSERT INTO runs (run_id, name, created_at, content_hash, world_size) VALUES (?, ?, now(), 'x', 1)",
+                [run_id, name or run_id])
+    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_hash) VALUES (?, 0, ?, 'x')",
+                [run_id, file_name or f"{run_id}.json"])
+    con.executemany(f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join('?' * len(EVENT_COLUMNS))})",
+                    [[r.get(c) for c in EVENT_COLUMNS] for r in rows])
+    return con

@@ -79,14 +79,11 @@ def test_h2d_copies_are_pageable_and_small_share(resnet):
 
 def test_cpu_only_rank_costs_the_loader_wait_itself():
     """No GPU: the cost is the time the loop waits in the DataLoader, per step (here 3 of 10 ms)."""
-    from test_launch_gap import COLS, LOADER, ev
-    con = connect(":memory:")
-    con.execute("INSERT INTO runs (run_id, name, created_at, content_hash, world_size) VALUES ('syn', 'cpu', now(), 'x', 1)")
-    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_hash) VALUES ('syn', 0, 'cpu.json', 'x')")
+    from analysis_support import hand_written_store
+    from test_launch_gap import LOADER, ev
     rows = [ev("user_annotation", "ProfilerStep#1", 0, 10000), ev("user_annotation", "ProfilerStep#2", 10000, 20000),
             ev("cpu_op", LOADER, 100, 3100), ev("cpu_op", LOADER, 10100, 13100)]
-    con.executemany(f"INSERT INTO events ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))})",
-                    [[r.get(c) for c in COLS] for r in rows])
+    con = hand_written_store(rows, name="cpu", file_name="cpu.json")
     findings, notes = run_analyses(con, "syn")
     assert [f.kind for f in findings] == ["dataloader_stall"]
     f = findings[0]

@@ -7,14 +7,12 @@ import json
 
 import pytest
 
+from analysis_support import hand_written_store
 from analyzers.findings import analyze_run, run_analyses
 from analyzers.metrics import rank_breakdown_rows
-from analyzers.sqlrun import ensure_loaded
 from analyzers.store import connect
 
 US = 1000  # ns per microsecond
-COLS = ("run_id", "rank", "kind", "cat", "ph", "name", "ts_ns", "dur_ns", "device", "stream", "correlation",
-        "external_id", "bytes", "args")
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
@@ -54,18 +52,13 @@ def synthetic_events():
 
 @pytest.fixture()
 def syn():
-    con = ensure_loaded(connect(":memory:"))
-    con.execute("INSERT INTO runs (run_id, name, created_at, content_hash, world_size) VALUES ('syn', 'syn', now(), 'x', 1)")
-    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_hash) VALUES ('syn', 0, 'syn.json', 'x')")
-    rows = synthetic_events()
-    con.executemany(f"INSERT INTO events ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))})",
-                    [[r.get(c) for c in COLS] for r in rows])
+    con = hand_written_store(synthetic_events())
     yield con
     con.close()
 
 
 def test_every_gap_gets_its_planted_cause(syn):
-    got = syn.execute("SELECT start_ns // 1000, end_ns // 1000, cause, step FROM gpu_idle_gaps('syn', 0.5) "
+    got = syn.execute("SELECT start_ns // 1000, end_ns // 1000, cause, step FROM gpu_idle_gaps('syn', 0.5, 1000000) "
                       "ORDER BY start_ns").fetchall()
     assert got == [(1000, 4010, "dataloader", 1), (5000, 5010, "launch_bound", 1), (6000, 6110, "host_sync", 1), (7000, 7210, "launch_bound", 1),
                    (8000, 8050, "gpu_wait", 1), (9000, 9400, "h2d_copy", 1), (9600, 10010, "launch_bound", 1)]

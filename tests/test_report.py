@@ -13,7 +13,8 @@ from analyzers.report import build_report, render_html, render_markdown
 from analyzers.runs import set_mark
 from analyzers.store import connect
 
-from test_launch_gap import COLS, synthetic_events
+from analysis_support import hand_written_store
+from test_launch_gap import synthetic_events
 
 EVIL = '<script>alert("x")</script>|**bold**'
 RUN_KEYS = {"run_id", "name", "world_size", "ranks", "files", "start_us"}  # start_us: additive, for "ms into the trace"
@@ -25,16 +26,11 @@ FINDING_KEYS = {"id", "kind", "severity", "rank", "step", "stream", "start_us", 
 
 @pytest.fixture()
 def report():
-    con = connect(":memory:")
-    con.execute("INSERT INTO runs (run_id, name, created_at, content_hash, world_size) VALUES ('syn', ?, now(), 'x', 1)",
-                [EVIL])
-    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_hash) VALUES ('syn', 0, ?, 'x')", [EVIL + ".json"])
     rows = synthetic_events()
     for r in rows:        # a hostile kernel name must come out escaped wherever it shows up
         if r["kind"] == "kernel" and r["name"] == "vectorized_elementwise_kernel":
             r["name"] = EVIL
-    con.executemany(f"INSERT INTO events ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))})",
-                    [[r.get(c) for c in COLS] for r in rows])
+    con = hand_written_store(rows, name=EVIL, file_name=EVIL + ".json")
     findings = analyze_run(con, "syn", {"MIN_FINDING_PCT": 0.0})
     rep = build_report(con, "syn", errors=[FileError(EVIL, "not JSON: " + EVIL)])
     con.close()
@@ -42,11 +38,7 @@ def report():
 
 
 def test_review_marks_reach_json_markdown_and_html_escaped():
-    con = connect(":memory:")
-    con.execute("INSERT INTO runs (run_id, name, created_at, content_hash, world_size) VALUES ('syn', 'r', now(), 'x', 1)")
-    con.execute("INSERT INTO ranks (run_id, rank, file_name, file_hash) VALUES ('syn', 0, 'r0.json', 'x')")
-    con.executemany(f"INSERT INTO events ({', '.join(COLS)}) VALUES ({', '.join('?' * len(COLS))})",
-                    [[r.get(c) for c in COLS] for r in synthetic_events()])
+    con = hand_written_store(synthetic_events(), name="r", file_name="r0.json")
     first, second = analyze_run(con, "syn", {"MIN_FINDING_PCT": 0.0})[:2]
     set_mark(con, "syn", first.finding_id, "wont_fix", "owner: " + EVIL)
     rep = build_report(con, "syn")

@@ -8,7 +8,7 @@ import pytest
 
 import analyzers.findings as findings_module
 from analyzers.ingest import ingest_paths
-from analyzers.sqlrun import CACHED_VIEWS, run_cache
+from analyzers.sqlrun import CACHED_VIEWS, ensure_loaded, run_cache
 from analyzers.store import connect
 from sample_traces.synthesize import synthesize
 
@@ -17,7 +17,7 @@ from sample_traces.synthesize import synthesize
 def job(tmp_path_factory):
     """A 4-rank job with several planted problems (every analysis has something to find)."""
     truth = synthesize(tmp_path_factory.mktemp("all"), "all", steps=3, seed=5)
-    con = connect(":memory:")
+    con = ensure_loaded(connect(":memory:"))   # each test may run alone (xdist): macros loaded here
     result = ingest_paths(con, truth["files"])
     assert result.run_id and not result.errors
     return con, result.run_id

@@ -24,7 +24,7 @@ def straggler(tmp_path_factory) -> dict:
 
 def test_every_scenario_listed_and_unknown_rejected(tmp_path):
     assert set(syn.SCENARIOS) >= {"control", "launch_bound", "host_sync", "h2d_stall", "dataloader",
-                                  "straggler", "exposed_comm", "all"}
+                                  "straggler", "exposed_comm", "allocator_churn", "all"}
     with pytest.raises(ValueError, match="unknown scenario"):
         syn.synthesize(tmp_path, "no_such_thing")
     with pytest.raises(ValueError, match="steps"):
@@ -111,6 +111,39 @@ def test_truth_agrees_with_the_planted_design(tmp_path):
     for r in ex["ranks"]:
         assert r["collectives_per_step"] == 64
         assert r["comm_exposed_ns_per_step"] == pytest.approx(r["comm_transfer_ns_per_step"], rel=0.01)
+
+
+def _runtime_calls(path: str, name: str) -> list[dict]:
+    return [e for e in _load(path)["traceEvents"] if e.get("cat") == "cuda_runtime" and e["name"] == name]
+
+
+def test_allocator_churn_plants_a_runtime_stall_of_the_designed_size(tmp_path):
+    steps = 3
+    truth = syn.synthesize(tmp_path / "churn", "allocator_churn", steps=steps, seed=2)
+    [planted] = truth["planted"]
+    # the gap after the end-of-step frees crosses into the next step: the last recorded step's
+    # lies past the last GPU op, so `steps` recorded steps hold steps - 1 of them
+    design = planted["design_ns_per_step"] - planted["design_boundary_ns"] / steps
+    assert {(p["kind"], p["rank"]) for p in truth["problems"]} == {("runtime_stall", 0), ("runtime_stall", 1)}
+    for p, r in zip(truth["problems"], truth["ranks"]):
+        # designed from the call times alone; dispatch and launch latency add ~2%, jitter 1%
+        assert p["cost_ns_per_step"] == pytest.approx(design, rel=0.05)
+        assert 10.0 < p["cost_pct"] < 20.0
+        assert set(r["idle_ns_per_step_by_cause"]) == {"runtime_stall"}
+    for path in truth["files"]:
+        frees, mallocs = _runtime_calls(path, "cudaFree"), _runtime_calls(path, "cudaMalloc")
+        assert len(frees) == 3 * steps and len(mallocs) == 3 * steps
+        assert {e["args"]["cbid"] for e in frees} == {22} and {e["args"]["cbid"] for e in mallocs} == {20}
+        assert all("correlation" in e["args"] and "External id" in e["args"] for e in frees + mallocs)
+        # each cudaMalloc ~1 ms, each cudaFree ~300 us (1% jitter); each step's first cudaFree
+        # also waits for the device to drain the ~48 ops the host had queued ahead of it
+        assert all(950 < e["dur"] < 1050 for e in mallocs)
+        waits = sorted(e["dur"] for e in frees)
+        assert all(285 < d < 315 for d in waits[:2 * steps]) and all(d > 5_000 for d in waits[2 * steps:])
+    control = syn.synthesize(tmp_path / "control", "control", steps=2, seed=2)
+    for path in control["files"]:
+        assert not _runtime_calls(path, "cudaFree") and not _runtime_calls(path, "cudaMalloc")
+    assert all("runtime_stall" not in r["idle_ns_per_step_by_cause"] for r in control["ranks"])
 
 
 def test_all_scenario_plants_every_distributed_problem(tmp_path):

@@ -27,14 +27,15 @@ def rounded(value: float | None, digits: int = 3) -> float | None:
 
 
 def gap_causes(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[dict[str, Any]]:
-    """gap_causes(run) rows (idle time per rank and cause; launch_gap.sql), cached on ctx: three
-    analyses (launch_gap, host_sync, dataloader_stall, h2d_stall) split the same gaps."""
+    """gap_causes(run) rows (idle time per rank and cause; launch_gap.sql), cached on ctx: several
+    analyses (launch_gap, host_sync, runtime_stall, dataloader_stall, h2d_stall) split the same gaps."""
     cache = getattr(ctx, "cache", None)
     key = ("gap_causes", run_id)
     if isinstance(cache, dict) and key in cache:
         return cache[key]
-    rows = query(con, "SELECT * FROM gap_causes(?, ?) ORDER BY rank, cause",
-                 [run_id, float(ctx.thresholds["CAUSE_MIN_COVER_FRACTION"])])
+    rows = query(con, "SELECT * FROM gap_causes(?, ?, ?) ORDER BY rank, cause",
+                 [run_id, float(ctx.thresholds["CAUSE_MIN_COVER_FRACTION"]),
+                  int(ctx.thresholds["RUNTIME_STALL_MIN_NS"])])
     if isinstance(cache, dict):
         cache[key] = rows
     return rows

@@ -13,6 +13,10 @@
 --                 cudaDeviceSynchronize, cudaEventSynchronize, a blocking cudaMemcpy as `.item()`
 --                 or `.cpu()` issue, or their hip* twins) when the GPU went idle, or such calls
 --                 cover at least that fraction of the gap: the queue ran dry because the CPU waited
+--   'runtime_stall' the CPU was inside a slow runtime/driver call that neither launches, syncs
+--                 nor copies (see runtime_stall_calls: memory management such as the cudaFree and
+--                 cudaMalloc of an emptied caching allocator, or CUDA start-up) when the GPU went
+--                 idle, or such calls cover at least that fraction of the gap
 --   'launch_bound' the CPU issued the call launching the next GPU work only after the GPU had
 --                 gone idle: the CPU cannot launch fast enough (tiny kernels, Python overhead,
 --                 per-parameter optimizer loops)
@@ -30,6 +34,36 @@ WHERE run_id = run AND kind IN ('runtime', 'driver') AND dur_ns IS NOT NULL
   -- (every name the regex accepts contains one of these: a cheap pre-test for the regex)
   AND (contains(name, 'Synchronize') OR contains(name, 'Memcpy'))
   AND regexp_matches(name, '^(cuda|hip)((Stream|Device|Event)Synchronize|Memcpy|Memcpy2D|MemcpyDtoH|MemcpyHtoD)$');
+
+
+-- runtime_stall_calls(run, min_ns): runtime/driver calls that keep the CPU from launching
+-- without being a launch, a sync or a copy:
+--   'allocator'  memory management, any duration: device/host allocation and release
+--                (cudaMalloc/cudaFree reach the driver only when the caching allocator misses or
+--                was emptied; cudaFree also synchronises the whole device), pinning, VMM mapping
+--   'launch'     a launch call of at least min_ns (a few us is normal): the first launch of a
+--                kernel loads its code (lazy module loading, JIT); with the GPU idle, a full
+--                launch queue cannot be the reason
+--   'other'      any other call of at least min_ns that is not a sync or a copy: CUDA start-up
+--                (context creation in the first call), stream/event creation, device queries
+-- Columns: rank, name, start_ns, end_ns, what ('allocator' | 'launch' | 'other')
+CREATE OR REPLACE MACRO runtime_stall_calls(run, min_ns) AS TABLE
+WITH calls AS (
+    SELECT rank, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, dur_ns,
+           regexp_matches(name, '^(cuda|hip)(Malloc|Free|HostAlloc|MallocHost|FreeHost|HostMalloc|HostFree|'
+                                || 'HostRegister|HostUnregister|MallocManaged|MallocPitch|Malloc3D|MallocArray|FreeArray)$')
+           OR regexp_matches(name, '^cuMem(Alloc|Free|Create|Map|Unmap|Release|AddressReserve|AddressFree|'
+                                   || 'SetAccess|HostAlloc|FreeHost|HostRegister|HostUnregister|AllocHost|AllocManaged)')
+               AS is_allocator
+    FROM events
+    WHERE run_id = run AND kind IN ('runtime', 'driver') AND dur_ns > 0
+)
+SELECT rank, name, start_ns, end_ns,
+       CASE WHEN is_allocator THEN 'allocator' WHEN contains(name, 'Launch') THEN 'launch' ELSE 'other' END AS what
+FROM calls
+WHERE is_allocator
+   OR (dur_ns >= min_ns AND NOT contains(name, 'Synchronize') AND NOT contains(name, 'Memcpy')
+       AND NOT contains(name, 'Memset') AND NOT contains(name, 'EventQuery') AND NOT contains(name, 'StreamQuery'));
 
 
 -- dataloader_spans(run): host time the training loop spent waiting for the next batch.
@@ -53,11 +87,12 @@ FROM spans s ASOF LEFT JOIN steps(run) st ON s.rank = st.rank AND s.start_ns >= 
 --   h2d_ns, h2d_at_start   same for blocking host-to-device copy calls
 --   sync_ns         part of the gap covered by blocking sync calls
 --   sync_at_start   BOOLEAN, a blocking sync call was running when the GPU went idle
+--   runtime_ns, runtime_at_start   same for runtime_stall_calls (slow non-launch runtime calls)
 --   next_launch_name, next_launch_start_ns   the CPU call that launched the work ending the gap
 --   next_gpu_name   that work
---   cause           'dataloader' | 'h2d_copy' | 'host_sync' | 'launch_bound' | 'gpu_wait'
+--   cause           'dataloader' | 'h2d_copy' | 'host_sync' | 'runtime_stall' | 'launch_bound' | 'gpu_wait'
 --                   (see top of file; tested in that order)
-CREATE OR REPLACE MACRO gpu_idle_gaps(run, min_cover_fraction) AS TABLE
+CREATE OR REPLACE MACRO gpu_idle_gaps(run, min_cover_fraction, runtime_stall_min_ns) AS TABLE
 WITH act_dev AS (
     -- one BIGINT key per (rank, device), ordered like (rank, device NULLS LAST): windows
     -- partition and sort on it much faster than on a struct
@@ -88,6 +123,8 @@ WITH act_dev AS (
                                                    OR contains(lower(l.launch_name), 'withstream')))
     UNION ALL
     SELECT {'rank': rank, 'what': 'sync'}, start_ns, end_ns FROM sync_calls(run)
+    UNION ALL
+    SELECT {'rank': rank, 'what': 'runtime'}, start_ns, end_ns FROM runtime_stall_calls(run, runtime_stall_min_ns)
 ), islands AS (
     -- spans of one kind may overlap: their union ("inside any of them"), onto every device of the rank
     SELECT d.key, u.grp.what AS what, u.start_ns, u.end_ns
@@ -116,8 +153,10 @@ WITH act_dev AS (
            sum(least(p.island_end, g.end_ns) - greatest(p.island_start, g.start_ns)) FILTER (WHERE p.what = 'loader') AS loader_ns,
            sum(least(p.island_end, g.end_ns) - greatest(p.island_start, g.start_ns)) FILTER (WHERE p.what = 'h2d') AS h2d_ns,
            sum(least(p.island_end, g.end_ns) - greatest(p.island_start, g.start_ns)) FILTER (WHERE p.what = 'sync') AS sync_ns,
+           sum(least(p.island_end, g.end_ns) - greatest(p.island_start, g.start_ns)) FILTER (WHERE p.what = 'runtime') AS runtime_ns,
            bool_or(p.island_start <= g.start_ns AND g.start_ns < p.island_end) FILTER (WHERE p.what = 'h2d') AS h2d_at_start,
-           bool_or(p.island_start <= g.start_ns AND g.start_ns < p.island_end) FILTER (WHERE p.what = 'sync') AS sync_at_start
+           bool_or(p.island_start <= g.start_ns AND g.start_ns < p.island_end) FILTER (WHERE p.what = 'sync') AS sync_at_start,
+           bool_or(p.island_start <= g.start_ns AND g.start_ns < p.island_end) FILTER (WHERE p.what = 'runtime') AS runtime_at_start
     FROM pairs p JOIN gaps g ON g.id = p.gap_id
     WHERE least(p.island_end, g.end_ns) > greatest(p.island_start, g.start_ns)
     GROUP BY p.gap_id
@@ -133,6 +172,7 @@ WITH act_dev AS (
            coalesce(p.loader_ns, 0) AS loader_ns, coalesce(p.sync_ns, 0) AS sync_ns,
            coalesce(p.sync_at_start, false) AS sync_at_start,
            coalesce(p.h2d_ns, 0) AS h2d_ns, coalesce(p.h2d_at_start, false) AS h2d_at_start,
+           coalesce(p.runtime_ns, 0) AS runtime_ns, coalesce(p.runtime_at_start, false) AS runtime_at_start,
            n.launch_name AS next_launch_name, n.launch_start_ns AS next_launch_start_ns, n.gpu_name AS next_gpu_name
     FROM gaps g
     LEFT JOIN per_gap p ON p.gap_id = g.id
@@ -140,7 +180,8 @@ WITH act_dev AS (
 )
 SELECT c.grp.rank AS rank, c.grp.device AS device, c.id AS gap_id, c.start_ns, c.end_ns, c.dur_ns,
        CASE WHEN c.start_ns < st.end_ns THEN st.step END AS step,
-       c.loader_ns, c.h2d_ns, c.h2d_at_start, c.sync_ns, c.sync_at_start, c.next_launch_name,
+       c.loader_ns, c.h2d_ns, c.h2d_at_start, c.sync_ns, c.sync_at_start, c.runtime_ns, c.runtime_at_start,
+       c.next_launch_name,
        c.next_launch_start_ns, c.next_gpu_name,
        -- CPU-side causes only apply when the GPU had nothing queued: work launched before
        -- the GPU went idle waited on something else (launch latency, another stream)
@@ -148,21 +189,22 @@ SELECT c.grp.rank AS rank, c.grp.device AS device, c.id AS gap_id, c.start_ns, c
             WHEN c.loader_ns >= min_cover_fraction * c.dur_ns THEN 'dataloader'
             WHEN c.h2d_at_start OR c.h2d_ns >= min_cover_fraction * c.dur_ns THEN 'h2d_copy'
             WHEN c.sync_at_start OR c.sync_ns >= min_cover_fraction * c.dur_ns THEN 'host_sync'
+            WHEN c.runtime_at_start OR c.runtime_ns >= min_cover_fraction * c.dur_ns THEN 'runtime_stall'
             ELSE 'launch_bound' END AS cause
 FROM classified c
 ASOF LEFT JOIN steps(run) st ON c.grp.rank = st.rank AND c.start_ns >= st.start_ns;
 
 
--- gap_causes(run, min_cover_fraction): idle time per rank and cause, with the worst step.
+-- gap_causes(run, min_cover_fraction, runtime_stall_min_ns): idle time per rank and cause, with the worst step.
 -- Columns:
 --   rank, cause, gaps (count), idle_ns (total), longest_gap_ns
 --   long_idle_ns, long_gaps             the part in gaps of 1 ms or more (CPU busy elsewhere,
 --                                       not per-launch overhead)
 --   worst_step, worst_step_idle_ns       the step losing most to this cause
 --   worst_start_ns, worst_end_ns         the longest gap of that cause (the window to look at)
-CREATE OR REPLACE MACRO gap_causes(run, min_cover_fraction) AS TABLE
+CREATE OR REPLACE MACRO gap_causes(run, min_cover_fraction, runtime_stall_min_ns) AS TABLE
 WITH g AS (
-    SELECT * FROM gpu_idle_gaps(run, min_cover_fraction)
+    SELECT * FROM gpu_idle_gaps(run, min_cover_fraction, runtime_stall_min_ns)
 ), per_step AS (
     SELECT rank, cause, step, sum(dur_ns) AS idle_ns FROM g WHERE step IS NOT NULL GROUP BY ALL
 ), worst_step AS (

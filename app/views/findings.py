@@ -11,6 +11,7 @@ from app import charts, fixinfo, state, ui
 EVIDENCE_COLUMN = {
     "launch_gap": ("idle_ms", "GPU idle per step"),
     "host_sync": ("idle_ms", "GPU idle per step"),
+    "runtime_stall": ("idle_ms", "GPU idle per step"),
     "dataloader_stall": ("idle_ms", "GPU idle per step"),
     "h2d_stall": ("memory_ms", "Memory copies not hidden by compute, per step"),
     "comm_exposed": ("comm_exposed_ms", "Exposed communication per step"),
