@@ -151,3 +151,15 @@ def test_cpu_only_traces_say_so_and_find_nothing_gpu(real, name):
 def test_single_kernel_trace_has_no_idle(real):
     findings, _ = real["triton_single_kernel"]
     assert findings == []
+
+
+def test_rocm_copies_through_hipmemcpywithstream_block_the_host(shared_traces):
+    # ATen's memcpy_and_sync on ROCm is hipMemcpyWithStream: a copy the host waits for, like a
+    # cudaMemcpy (the minitoy trace's two HtoD batch copies)
+    from analysis_support import ingest_clean
+    con, run_id = ingest_clean([shared_traces / "rocm_mi250_minitoy.json.gz"])
+    copies = con.execute("SELECT launch_name, synchronous FROM copies(?) WHERE direction = 'HtoD'", [run_id]).fetchall()
+    assert copies == [("hipMemcpyWithStream", True)] * 2
+    syncs = con.execute("SELECT name, count(*) FROM sync_calls(?) GROUP BY name ORDER BY name", [run_id]).fetchall()
+    assert syncs == [("hipDeviceSynchronize", 1), ("hipMemcpyWithStream", 2)]
+    con.close()

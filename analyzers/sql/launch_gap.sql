@@ -11,8 +11,9 @@
 --                 synchronous cudaMemcpy) when the GPU went idle, or for that fraction of the gap
 --   'host_sync'   the CPU was blocked in a synchronising call (cudaStreamSynchronize,
 --                 cudaDeviceSynchronize, cudaEventSynchronize, a blocking cudaMemcpy as `.item()`
---                 or `.cpu()` issue, or their hip* twins) when the GPU went idle, or such calls
---                 cover at least that fraction of the gap: the queue ran dry because the CPU waited
+--                 or `.cpu()` issue, or their hip* twins, hipMemcpyWithStream included) when the
+--                 GPU went idle, or such calls cover at least that fraction of the gap: the queue
+--                 ran dry because the CPU waited
 --   'runtime_stall' the CPU was inside a slow runtime/driver call that neither launches, syncs
 --                 nor copies (see runtime_stall_calls: memory management such as the cudaFree and
 --                 cudaMalloc of an emptied caching allocator, or CUDA start-up) when the GPU went
@@ -33,7 +34,8 @@ FROM events
 WHERE run_id = run AND kind IN ('runtime', 'driver') AND dur_ns IS NOT NULL
   -- (every name the regex accepts contains one of these: a cheap pre-test for the regex)
   AND (contains(name, 'Synchronize') OR contains(name, 'Memcpy'))
-  AND regexp_matches(name, '^(cuda|hip)((Stream|Device|Event)Synchronize|Memcpy|Memcpy2D|MemcpyDtoH|MemcpyHtoD)$');
+  -- hipMemcpyWithStream: ROCm's copy-and-wait (ATen's memcpy_and_sync), blocking like cudaMemcpy
+  AND regexp_matches(name, '^(cuda|hip)((Stream|Device|Event)Synchronize|Memcpy|Memcpy2D|MemcpyDtoH|MemcpyHtoD|MemcpyWithStream)$');
 
 
 -- runtime_stall_calls(run, min_ns): runtime/driver calls that keep the CPU from launching
@@ -119,8 +121,7 @@ WITH act_dev AS (
     SELECT {'rank': rank, 'what': 'h2d'}, launch_start_ns, launch_end_ns
     FROM l
     WHERE l.gpu_kind = 'memcpy' AND regexp_matches(l.gpu_name, '^Memcpy\s+HtoD')
-      AND (contains(l.gpu_name, 'Pageable') OR NOT (contains(lower(l.launch_name), 'async')
-                                                   OR contains(lower(l.launch_name), 'withstream')))
+      AND (contains(l.gpu_name, 'Pageable') OR NOT contains(lower(l.launch_name), 'async'))
     UNION ALL
     SELECT {'rank': rank, 'what': 'sync'}, start_ns, end_ns FROM sync_calls(run)
     UNION ALL

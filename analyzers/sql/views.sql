@@ -125,7 +125,7 @@ WHERE launch_start_ns IS NOT NULL;
 --   launch_name the CPU call that issued it (cudaMemcpyAsync, cudaMemcpy, hipMemcpyWithStream...)
 --   launch_start_ns, launch_end_ns
 --   synchronous BOOLEAN, issued by a blocking call (a cudaMemcpy without "Async", which is what
---               `.item()`/`.cpu()` and `.to(device)` from pageable memory do)
+--               `.item()`/`.cpu()` and `.to(device)` from pageable memory do; hipMemcpyWithStream)
 CREATE OR REPLACE MACRO copies(run) AS TABLE
 SELECT g.run_id, g.rank, g.device, g.stream, g.name, g.start_ns, g.end_ns, g.dur_ns, g.correlation, g.counted,
        coalesce(nullif(regexp_extract(g.name, '^Memcpy\s+(\w+)', 1), ''),
@@ -136,8 +136,9 @@ SELECT g.run_id, g.rank, g.device, g.stream, g.name, g.start_ns, g.end_ns, g.dur
        g.bytes,
        CASE WHEN g.dur_ns > 0 AND g.bytes IS NOT NULL THEN g.bytes / g.dur_ns END AS gbps,
        l.launch_name, l.launch_start_ns, l.launch_end_ns,
-       coalesce(l.launch_name IS NOT NULL AND NOT contains(lower(l.launch_name), 'async')
-                AND NOT contains(lower(l.launch_name), 'withstream'), false) AS synchronous
+       -- hipMemcpyWithStream is synchronous: ATen's memcpy_and_sync on ROCm (a blocking
+       -- .item()/.cpu()/.to()) in place of cudaMemcpyAsync + cudaStreamSynchronize
+       coalesce(l.launch_name IS NOT NULL AND NOT contains(lower(l.launch_name), 'async'), false) AS synchronous
 FROM gpu_activity(run) g
 LEFT JOIN (SELECT * FROM launches(run) WHERE gpu_kind = 'memcpy') l ON g.rank = l.rank AND g.correlation = l.correlation
                            AND g.start_ns = l.gpu_start_ns AND g.stream IS NOT DISTINCT FROM l.stream
