@@ -150,6 +150,22 @@ def _fix_ids(kind: str, metrics: Mapping[str, Any]) -> list[str]:
         return []
 
 
+def fixes_ruled_out(fix_ids: list[str], metrics: Mapping[str, Any]) -> dict[str, str]:
+    """{fix id: the plain reason} for the fixes a finding's own metrics rule out (they stay at the
+    end of its fixes list: the user may know better). Empty without accel/."""
+    try:
+        from accel.registry import FIXES
+    except ImportError:
+        return {}
+    out = {}
+    for fix_id in fix_ids:
+        fix = FIXES.get(fix_id)
+        reason = fix.why_not(metrics) if fix is not None else None
+        if reason:
+            out[fix_id] = reason
+    return out
+
+
 def _unique_ids(findings: list[Finding]) -> None:
     seen: dict[str, int] = {}
     for f in findings:

@@ -45,6 +45,7 @@ class Finding:
 
     def to_contract(self) -> dict[str, Any]:
         """The CLI/JSON contract shape (see README: `analyze --format json`)."""
+        from analyzers.findings import fixes_ruled_out   # findings imports this module
         return {
             "id": self.finding_id,
             "kind": self.kind,
@@ -59,6 +60,7 @@ class Finding:
             "summary": self.summary,
             "metrics": self.metrics,
             "fixes": list(self.fix_ids),
+            "fixes_ruled_out": fixes_ruled_out(list(self.fix_ids), self.metrics),
             "review": None,   # filled from the store's review marks by analyzers.report
         }
 

@@ -24,6 +24,8 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from analyzers.findings import fixes_ruled_out
+
 COMM_KERNEL_PATTERN = "^nccl.*Kernel"
 
 # GPU activity classified once; every query below starts from it.
@@ -333,12 +335,14 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]
     out = []
     for (fid, kind, severity, rank, step, stream, t0, t1, cost_ns, cost_pct, summary, metrics,
          fix_ids, mark_status, mark_note) in rows:
+        metrics = json.loads(metrics) if metrics else {}
         out.append({
             "id": fid, "kind": kind, "severity": severity, "rank": rank, "step": step, "stream": stream,
             "start_ns": t0, "end_ns": t1,
             "cost_ms_per_step": (cost_ns or 0) / 1e6, "cost_pct": cost_pct or 0.0,
-            "summary": summary or "", "metrics": json.loads(metrics) if metrics else {},
-            "fixes": list(fix_ids or []), "mark_status": mark_status, "mark_note": mark_note or "",
+            "summary": summary or "", "metrics": metrics,
+            "fixes": list(fix_ids or []), "fixes_ruled_out": fixes_ruled_out(list(fix_ids or []), metrics),
+            "mark_status": mark_status, "mark_note": mark_note or "",
         })
     return out
 

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping
 
 import duckdb
 
+from analyzers.findings import fixes_ruled_out
 from analyzers.metrics import rank_summary
 from analyzers.queries import time_bounds
 from analyzers.runs import get_marks
@@ -50,6 +51,8 @@ def _stored_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[s
             "start_us": None if t0 is None else t0 / 1000.0, "end_us": None if t1 is None else t1 / 1000.0,
             "cost_ms_per_step": cost_ns / 1e6, "cost_pct": cost_pct, "summary": summary,
             "metrics": metrics, "fixes": list(fixes or []),
+            # fixes the finding's own metrics rule out, with the reason (still listed in `fixes`)
+            "fixes_ruled_out": fixes_ruled_out(list(fixes or []), metrics),
             # the team's review mark (to_fix / fixed / wont_fix and a note), None when unmarked
             "review": ({"status": marks[fid]["status"], "note": marks[fid]["note"]} if fid in marks else None),
         })
@@ -127,6 +130,11 @@ def _md_text(value: Any) -> str:
     return text
 
 
+def _md_ruled_out(finding: Mapping[str, Any], fix_id: str) -> str:
+    reason = (finding.get("fixes_ruled_out") or {}).get(fix_id)
+    return f" — *probably not the fix here: {_md_text(reason)}*" if reason else ""
+
+
 def _md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
@@ -170,8 +178,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                   f"- **Where:** {_md_text(_where(f, origin))}",
                   f"- **Cost:** {_fmt(f.get('cost_ms_per_step'), 3)} ms lost per step "
                   f"({_fmt(f.get('cost_pct'))}% of the mean step)",
-                  f"- **Fixes:** " + (", ".join(f"`{_md_cell(x)}` (`python -m accel.demo {_md_cell(x)}`)"
-                                                for x in f.get("fixes") or []) or "none registered")]
+                  "- **Fixes:** " + (", ".join(f"`{_md_cell(x)}` (`python -m accel.demo {_md_cell(x)}`)"
+                                                + _md_ruled_out(f, x) for x in f.get("fixes") or [])
+                                      or "none registered")]
         if f.get("review"):
             lines.append(f"- **Review:** {_md_text(f['review']['status'])}"
                          + (f" — {_md_text(f['review']['note'])}" if f["review"].get("note") else ""))
@@ -239,8 +248,10 @@ def render_html(report: Mapping[str, Any]) -> str:
                              [[r.get(k) for k, _ in RANK_COLUMNS] for r in report.get("ranks") or []]))
     for i, f in enumerate(findings):
         sev = f.get("severity") if f.get("severity") in ("high", "medium", "low") else "low"
-        fixes = "".join(f"<li><code>{_h(x)}</code>: <code>python -m accel.demo {_h(x)}</code></li>"
-                        for x in f.get("fixes") or []) or "<li>none registered</li>"
+        ruled_out = f.get("fixes_ruled_out") or {}
+        fixes = "".join(f"<li><code>{_h(x)}</code>: <code>python -m accel.demo {_h(x)}</code>"
+                        + (f" <i>(probably not the fix here: {_h(ruled_out[x])})</i>" if x in ruled_out else "")
+                        + "</li>" for x in f.get("fixes") or []) or "<li>none registered</li>"
         metrics = f.get("metrics") or {}
         parts.append(
             f"<div class=\"finding\"><h3>{i + 1}. {_h(f.get('kind'))} <span class=\"sev-{sev}\">{_h(f.get('severity'))}</span>"

@@ -21,7 +21,7 @@ RUN_KEYS = {"run_id", "name", "world_size", "ranks", "files", "start_us"}  # sta
 RANK_KEYS = {"rank", "steps", "step_time_ms", "idle_pct", "compute_pct", "non_compute_pct", "comm_time_ms",
              "comm_overlap_pct", "h2d_time_ms"}
 FINDING_KEYS = {"id", "kind", "severity", "rank", "step", "stream", "start_us", "end_us", "cost_ms_per_step",
-                "cost_pct", "summary", "metrics", "fixes", "review"}
+                "cost_pct", "summary", "metrics", "fixes", "fixes_ruled_out", "review"}
 
 
 @pytest.fixture()

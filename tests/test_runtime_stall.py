@@ -148,3 +148,28 @@ def test_rocm_slow_first_launches(real):
 def test_warm_resnet_has_no_runtime_stall(real):
     stall = real["resnet50_num_workers_4"].get("runtime_stall")
     assert stall is None or stall.cost_pct < 1
+
+
+def test_allocator_fix_is_ruled_out_for_start_up_and_the_report_says_why(shared_traces):
+    from analysis_support import ingest_clean
+    from analyzers.findings import analyze_run
+    from analyzers.report import build_report, render_html, render_markdown
+    con, run_id = ingest_clean([shared_traces / "alexnet_single_gpu.json.gz"])
+    analyze_run(con, run_id)
+    rep = build_report(con, run_id)
+    stall = next(f for f in rep["findings"] if f["kind"] == "runtime_stall")
+    assert stall["fixes"] == ["allocator_tuning"]
+    assert "not memory management" in stall["fixes_ruled_out"]["allocator_tuning"]
+    assert "probably not the fix here" in render_markdown(rep)
+    assert "probably not the fix here" in render_html(rep)
+    con.close()
+
+
+def test_allocator_fix_applies_to_steady_state_churn(syn):
+    syn.execute("DELETE FROM events WHERE name IN ('cudaLaunchKernel', 'cudaStreamCreate') AND dur_ns >= 1000000")
+    syn.execute("DELETE FROM events WHERE name = 'cudaFree' AND ts_ns = 22000000")
+    findings, _ = run_analyses(syn, "syn", {"MIN_FINDING_PCT": 0.0})
+    stall = next(f for f in findings if f.kind == "runtime_stall")
+    assert stall.metrics["allocator_share"] == 1.0
+    assert stall.fix_ids == ["allocator_tuning"] and stall.to_contract()["fixes_ruled_out"] == {}
+    assert "memory management" in stall.summary

@@ -61,10 +61,14 @@ def fixes(finding: dict) -> None:
     if not finding["fixes"]:
         st.caption("No fix in the library addresses this finding yet.")
         return
-    tabs = st.tabs([fixinfo.fix_details(f)["title"] for f in finding["fixes"]])
+    ruled_out = finding.get("fixes_ruled_out") or {}
+    tabs = st.tabs([fixinfo.fix_details(f)["title"] + (" (unlikely here)" if f in ruled_out else "")
+                    for f in finding["fixes"]])
     for tab, fix_id in zip(tabs, finding["fixes"]):
         with tab:
             fix = fixinfo.fix_details(fix_id)
+            if fix_id in ruled_out:
+                st.warning("Probably not the fix here: " + ui.md(ruled_out[fix_id]), icon=":material/info:")
             if fix["description"]:
                 st.markdown(fix["description"])
             if fix["needs"]:
