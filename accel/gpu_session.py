@@ -160,8 +160,9 @@ def add_samples(session: dict[str, Any], out: Path, samples: Path = SAMPLES) -> 
             added.append({"name": f"GPU demo: {entry['fix']}, {side} the fix ({device})", "paths": [folder],
                           "label": f"real torch.profiler trace on {device}, {date}, made by python -m "
                                    f"accel.demo {entry['fix']} --device cuda ({side} side)"})
-    names = {a["name"] for a in added}
-    manifest = added + [m for m in manifest if m.get("name") not in names]
+    # an entry naming the same folder is replaced (a later session on another GPU overwrote it)
+    folders = {tuple(a["paths"]) for a in added}
+    manifest = added + [m for m in manifest if tuple(m.get("paths") or ()) not in folders]
     manifest_path.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     return [a["name"] for a in added]
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import duckdb
@@ -31,9 +32,26 @@ def connect(db_path: str | os.PathLike | None = None, read_only: bool = False) -
     # the CLI's JSON, never in a server's log
     con.execute("SET enable_progress_bar = false")
     if not read_only:
-        _migrate(con)
-        con.execute(SCHEMA_FILE.read_text())
+        _retry_conflicts(lambda: _migrate(con))
+        _retry_conflicts(lambda: con.execute(SCHEMA_FILE.read_text()))
     return con
+
+
+_CONFLICT_RETRIES = 8
+
+
+def _retry_conflicts(step) -> None:
+    """Run a schema step, again after a short wait when a concurrent connection of this process
+    changed the catalog at the same moment (DuckDB's "write-write conflict"): the second try sees
+    the other's tables and columns, and the step (idempotent) has nothing left to do."""
+    for attempt in range(_CONFLICT_RETRIES):
+        try:
+            step()
+            return
+        except duckdb.TransactionException:
+            if attempt == _CONFLICT_RETRIES - 1:
+                raise
+            time.sleep(0.02 * (attempt + 1))
 
 
 # Columns renamed since stores were first written: (table, old name, new name). The hashes moved
@@ -42,11 +60,19 @@ def connect(db_path: str | os.PathLike | None = None, read_only: bool = False) -
 _RENAMED_COLUMNS = (("runs", "sha256", "content_hash"), ("ranks", "file_sha256", "file_hash"))
 
 
+def _has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
+    return bool(con.execute(
+        "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = ? AND column_name = ?", [table, column]).fetchone()[0])
+
+
 def _migrate(con: duckdb.DuckDBPyConnection) -> None:
-    """Bring a store written by an earlier version to the current column names."""
+    """Bring a store written by an earlier version to the current column names (idempotent)."""
     for table, old, new in _RENAMED_COLUMNS:
-        found = con.execute(
-            "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() "
-            "AND schema_name = 'main' AND table_name = ? AND column_name = ?", [table, old]).fetchone()[0]
-        if found:
+        if not _has_column(con, table, old):
+            continue
+        try:
             con.execute(f"ALTER TABLE {table} RENAME COLUMN {old} TO {new}")   # names from the tuple above
+        except duckdb.Error:
+            if _has_column(con, table, old):   # not renamed by a concurrent connection either
+                raise

@@ -54,10 +54,24 @@ def test_keep_cache_warm_nests():
         with keep_cache_warm() as inner:
             torch.cuda.empty_cache()
             torch.cuda.empty_cache()
-        assert torch.cuda.empty_cache is outer_no_op   # the inner block gives the outer's back
+        assert torch.cuda.empty_cache is outer_no_op   # still swallowed while the outer is open
         torch.cuda.empty_cache()
     assert (inner.calls, outer.calls) == (2, 4)        # the inner block's calls count for both
     assert torch.cuda.empty_cache is original
+
+
+def test_keep_cache_warm_blocks_closing_out_of_order_restore_the_original():
+    # threads or generators can close an outer block before an inner one
+    original = torch.cuda.empty_cache
+    first, second = keep_cache_warm(), keep_cache_warm()
+    a = first.__enter__()
+    b = second.__enter__()
+    first.__exit__(None, None, None)
+    torch.cuda.empty_cache()                            # the second block is still open
+    assert torch.cuda.empty_cache is not original
+    second.__exit__(None, None, None)
+    assert torch.cuda.empty_cache is original and torch.cuda.memory.empty_cache is original
+    assert (a.calls, b.calls) == (0, 1)
 
 
 def test_merge_keeps_the_other_options():

@@ -76,6 +76,8 @@ def test_samples_are_listed_first_and_oversized_traces_left_out(tmp_path):
     assert [m["name"] for m in manifest] == added + ["old"]
     assert "NVIDIA H100 80GB HBM3, 2026-12-01" in manifest[0]["label"]
     assert (samples / "gpu_cuda_graph_before" / "rank-0.json.gz").read_bytes() == b"before"
-    # run again: replaced, not duplicated
+    # run again on another GPU: the folder's entry is replaced, not duplicated or left mislabelled
+    session["device"]["name"] = "NVIDIA H200"
     gpu_session.add_samples(session, out, samples)
-    assert len(json.loads((samples / "manifest.json").read_text())) == 2
+    manifest = json.loads((samples / "manifest.json").read_text())
+    assert [m["name"] for m in manifest] == ["GPU demo: cuda_graph, before the fix (NVIDIA H200)", "old"]

@@ -322,3 +322,36 @@ def test_store_written_by_an_earlier_version_is_migrated(tmp_path):
     assert "file_hash" in cols and "file_sha256" not in cols
     con.close()
     connect(path).close()   # opening it again is a no-op
+
+
+@pytest.mark.parametrize("old_store", [True, False])
+def test_threads_opening_one_store_at_once_all_succeed(tmp_path, old_store):
+    # the app's threads and an api call may open the store together: schema creation and the
+    # migration of an old store must not fail on DuckDB's write-write conflicts
+    import threading
+    for trial in range(5):
+        path = tmp_path / f"s{trial}.duckdb"
+        base = duckdb.connect(str(path))
+        if old_store:
+            base.execute("CREATE TABLE runs (run_id VARCHAR PRIMARY KEY, name VARCHAR NOT NULL, created_at "
+                         "TIMESTAMP NOT NULL, source VARCHAR, sha256 VARCHAR NOT NULL, world_size INTEGER, "
+                         "tags VARCHAR[] DEFAULT [], notes VARCHAR DEFAULT '')")
+            base.execute("CREATE TABLE ranks (run_id VARCHAR NOT NULL, rank INTEGER NOT NULL, "
+                         "file_name VARCHAR NOT NULL, file_sha256 VARCHAR NOT NULL)")
+        barrier, errors = threading.Barrier(4), []
+
+        def open_store():
+            barrier.wait()
+            try:
+                connect(path).close()     # same process, same file: one DuckDB instance, 4 connections
+            except Exception as exc:      # noqa: BLE001 - collected for the assertion
+                errors.append(repr(exc))
+        threads = [threading.Thread(target=open_store) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        cols = {r[0] for r in base.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'runs'").fetchall()}
+        assert "content_hash" in cols and "sha256" not in cols
+        base.close()

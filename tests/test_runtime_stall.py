@@ -173,3 +173,41 @@ def test_allocator_fix_applies_to_steady_state_churn(syn):
     assert stall.metrics["allocator_share"] == 1.0
     assert stall.fix_ids == ["allocator_tuning"] and stall.to_contract()["fixes_ruled_out"] == {}
     assert "memory management" in stall.summary
+
+
+def _gap_causes(rows):
+    con = hand_written_store(rows)
+    got = con.execute("SELECT start_ns // 1000, end_ns // 1000, cause FROM gpu_idle_gaps('syn', 0.5, 1000000) "
+                      "ORDER BY start_ns").fetchall()
+    con.close()
+    return got
+
+
+def test_a_short_allocator_call_at_the_gap_start_does_not_claim_the_gap():
+    # a 8 µs cudaFree spans the instant the GPU drains; the CPU then spends 10 ms elsewhere
+    rows = [ev("user_annotation", "ProfilerStep#1", 0, 20 * MS)]
+    rows += launch(1, 10, 15, 20, 2000) + [ev("runtime", "cudaFree", 1995, 2003)] + launch(2, 12000, 12005, 12010, 13000)
+    assert _gap_causes(rows) == [(2000, 12010, "launch_bound")]
+
+
+def test_a_slow_first_launch_entered_before_the_gpu_drained_is_a_runtime_stall():
+    # the CPU ran ahead: the 2 ms cudaLaunchKernel (module loading) began while the GPU was busy,
+    # so the work was not queued when the GPU went idle (not gpu_wait)
+    rows = [ev("user_annotation", "ProfilerStep#1", 0, 20 * MS)]
+    rows += launch(1, 10, 15, 20, 7000) + launch(2, 6990, 9000, 9010, 10000)
+    assert _gap_causes(rows) == [(7000, 9010, "runtime_stall")]
+
+
+def test_a_driver_call_inside_a_runtime_call_is_not_counted_twice():
+    rows = [ev("user_annotation", "ProfilerStep#1", 0, 20 * MS)]
+    rows += launch(1, 10, 15, 20, 2000)
+    rows += [ev("runtime", "cudaMalloc", 2000, 3000), ev("driver", "cuMemAlloc_v2", 2010, 2990)]
+    rows += launch(2, 3000, 3005, 3010, 4000)
+    con = hand_written_store(rows)
+    findings, _ = run_analyses(con, "syn", {"MIN_FINDING_PCT": 0.0})
+    con.close()
+    stall = next(f for f in findings if f.kind == "runtime_stall")
+    assert stall.cost_ns == 1010 * US
+    assert [c["call"] for c in stall.metrics["top_calls"]] == ["cudaMalloc"]
+    assert stall.metrics["top_calls"][0]["stalled_ms_per_step"] == pytest.approx(1.0)
+    assert stall.metrics["allocator_share"] == 1.0

@@ -34,7 +34,6 @@ import torch
 # device-generic torch.accelerator one, which empties the CUDA cache just the same on a GPU.
 # A name bound before the context (`from torch.cuda import empty_cache`) cannot be intercepted.
 _EMPTY_CACHE_HOMES = ("torch.cuda", "torch.cuda.memory", "torch.accelerator", "torch.accelerator.memory")
-_SWALLOWER = "_accel_swallows_empty_cache"
 
 # The allocator reads PYTORCH_ALLOC_CONF first where torch knows it (2.9+), else the older name,
 # which every torch 2.x honours (newer ones warn that it is deprecated).
@@ -57,6 +56,23 @@ class SwallowedCalls:
         return f"SwallowedCalls(calls={self.calls})"
 
 
+# The open keep_cache_warm blocks and the originals they displaced. The no-op goes in when the
+# first block opens and the originals come back when the last one closes, in whatever order the
+# blocks close (threads, generators): restoring "what was there when I entered" breaks when an
+# outer block closes before an inner one.
+_state_lock = threading.Lock()
+_active: list[SwallowedCalls] = []
+_originals: list[tuple[object, str, Callable[..., None]]] = []
+
+
+def _swallow(*args, **kwargs) -> None:
+    """Swallowed by accel.kernels.allocator.keep_cache_warm (frees nothing)."""
+    with _state_lock:
+        blocks = list(_active)
+    for block in blocks:
+        block._count()
+
+
 @contextmanager
 def keep_cache_warm() -> Iterator[SwallowedCalls]:
     """Inside the block, torch.cuda.empty_cache() (and torch.accelerator.empty_cache()) do nothing.
@@ -66,39 +82,32 @@ def keep_cache_warm() -> Iterator[SwallowedCalls]:
     cudaMalloc again for the memory just given back. Called every step, by your loop or by a
     library, that is a GPU idle gap per step for nothing: the memory is needed again at once.
 
-    Yields a SwallowedCalls whose `.calls` counts the calls skipped. The originals come back on
-    exit, also when the block raises. Nesting is safe: an inner block restores the outer one's
-    no-op, and calls swallowed inside it count for both blocks.
+    Yields a SwallowedCalls whose `.calls` counts the calls skipped while it was open. Blocks may
+    nest or overlap (threads): a call counts for every open block, and the originals come back
+    when the last block closes, also when a block raises.
     """
     swallowed = SwallowedCalls()
-    replaced: list[tuple[object, str, Callable[..., None]]] = []
+    with _state_lock:
+        if not _active:
+            for name in _EMPTY_CACHE_HOMES:
+                try:
+                    module = importlib.import_module(name)
+                except ImportError:   # an older torch without torch.accelerator
+                    continue
+                previous = getattr(module, "empty_cache", None)
+                if callable(previous):
+                    _originals.append((module, "empty_cache", previous))
+                    setattr(module, "empty_cache", _swallow)
+        _active.append(swallowed)
     try:
-        for name in _EMPTY_CACHE_HOMES:
-            try:
-                module = importlib.import_module(name)
-            except ImportError:   # an older torch without torch.accelerator
-                continue
-            previous = getattr(module, "empty_cache", None)
-            if callable(previous):
-                replaced.append((module, "empty_cache", previous))
-                setattr(module, "empty_cache", _no_op(swallowed, previous))
         yield swallowed
     finally:
-        for module, attr, previous in reversed(replaced):
-            setattr(module, attr, previous)
-
-
-def _no_op(swallowed: SwallowedCalls, previous: Callable[..., None]) -> Callable[..., None]:
-    outer_no_op = getattr(previous, _SWALLOWER, False)
-
-    def empty_cache(*args, **kwargs) -> None:
-        swallowed._count()
-        if outer_no_op:   # an enclosing keep_cache_warm counts the call too; nothing is freed
-            previous(*args, **kwargs)
-
-    setattr(empty_cache, _SWALLOWER, True)
-    empty_cache.__doc__ = "Swallowed by accel.kernels.allocator.keep_cache_warm (frees nothing)."
-    return empty_cache
+        with _state_lock:
+            _active.remove(swallowed)
+            if not _active:
+                for module, attr, previous in reversed(_originals):
+                    setattr(module, attr, previous)
+                _originals.clear()
 
 
 def _split_options(conf: str) -> list[str]:

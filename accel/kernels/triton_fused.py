@@ -34,8 +34,9 @@ except ImportError:  # pragma: no cover - exercised on machines without Triton
     tl = None
 
 TRITON_MISSING = "Triton is not installed (it comes with CUDA builds of PyTorch)"
-# triton.jit decides at decoration time whether a kernel is compiled or interpreted
-INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET") == "1"
+# triton.jit decides at decoration time whether a kernel is compiled or interpreted (from
+# TRITON_INTERPRET: "1", "true", "on", ...); INTERPRETED is set from the kernels themselves below.
+INTERPRETED = False
 BLOCK_SIZE = 1024
 MAX_ELEMENTS = 2**31 - 1  # int32 offsets (they also index the Philox stream)
 
@@ -115,6 +116,13 @@ if triton is not None:
         keep = tl.rand(seed, offsets) >= p
         tl.store(M + offsets, keep.to(tl.int8), mask=in_bounds)
 
+
+if triton is not None:
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+        INTERPRETED = isinstance(_fwd_kernel, InterpretedFunction)
+    except ImportError:   # a Triton without the interpreter module: read the switch as it does
+        INTERPRETED = os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "yes")
 
 def _check(x: torch.Tensor, bias: torch.Tensor, p: float) -> None:
     reason = available()

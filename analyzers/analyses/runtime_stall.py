@@ -29,13 +29,19 @@ from analyzers.model import Finding
 KIND = "runtime_stall"
 TOP_CALLS = 5
 
-# Each stalling call's share of the runtime_stall gaps it overlaps (half-open intervals), so the
-# per-call figures add up to the finding's cost.
+# Each stalling call's share of the runtime_stall gaps it overlaps (half-open intervals). Only
+# outermost calls count: a driver call made inside a runtime call (cuMemAlloc_v2 inside
+# cudaMalloc) is the same time, so the per-call figures do not double it.
 _CALLS_SQL = """
     WITH gaps AS (
         SELECT rank, start_ns, end_ns FROM gpu_idle_gaps(?, ?, ?) WHERE cause = 'runtime_stall'
-    ), calls AS (
+    ), all_calls AS (
         SELECT * FROM runtime_stall_calls(?, ?)
+    ), calls AS (
+        SELECT c.* FROM all_calls c
+        WHERE NOT EXISTS (SELECT 1 FROM all_calls o
+                          WHERE o.rank = c.rank AND o.start_ns <= c.start_ns AND c.end_ns <= o.end_ns
+                            AND (o.start_ns, o.end_ns, o.name) <> (c.start_ns, c.end_ns, c.name))
     )
     SELECT c.rank, c.name AS call, c.what, c.end_ns - c.start_ns >= ? AS one_off, count(DISTINCT c.start_ns) AS calls,
            sum(least(c.end_ns, g.end_ns) - greatest(c.start_ns, g.start_ns)) AS stalled_ns,

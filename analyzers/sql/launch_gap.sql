@@ -14,14 +14,15 @@
 --                 or `.cpu()` issue, or their hip* twins, hipMemcpyWithStream included) when the
 --                 GPU went idle, or such calls cover at least that fraction of the gap: the queue
 --                 ran dry because the CPU waited
---   'runtime_stall' the CPU was inside a slow runtime/driver call that neither launches, syncs
---                 nor copies (see runtime_stall_calls: memory management such as the cudaFree and
---                 cudaMalloc of an emptied caching allocator, or CUDA start-up) when the GPU went
---                 idle, or such calls cover at least that fraction of the gap
---   'launch_bound' the CPU issued the call launching the next GPU work only after the GPU had
---                 gone idle: the CPU cannot launch fast enough (tiny kernels, Python overhead,
+--   'runtime_stall' slow runtime/driver calls that neither launch, sync nor copy (see
+--                 runtime_stall_calls: memory management such as the cudaFree and cudaMalloc of an
+--                 emptied caching allocator, slow first launches, CUDA start-up) cover at least that
+--                 fraction of the gap
+--   'launch_bound' the call launching the next GPU work returned only after the GPU had gone
+--                 idle: the CPU cannot launch fast enough (tiny kernels, Python overhead,
 --                 per-parameter optimizer loops)
---   'gpu_wait'    the next work was already queued when the GPU went idle (launch latency, or a
+--   'gpu_wait'    the next work was already queued (its launch call had returned) when the GPU
+--                 went idle (launch latency, or a
 --                 cross-stream/event dependency); checked first: with work queued, nothing the CPU
 --                 was doing at the time kept the GPU idle
 
@@ -54,8 +55,9 @@ WITH calls AS (
     SELECT rank, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, dur_ns,
            regexp_matches(name, '^(cuda|hip)(Malloc|Free|HostAlloc|MallocHost|FreeHost|HostMalloc|HostFree|'
                                 || 'HostRegister|HostUnregister|MallocManaged|MallocPitch|Malloc3D|MallocArray|FreeArray)$')
+           -- (stream-ordered cudaMallocAsync/cuMemAllocAsync do not block: not listed)
            OR regexp_matches(name, '^cuMem(Alloc|Free|Create|Map|Unmap|Release|AddressReserve|AddressFree|'
-                                   || 'SetAccess|HostAlloc|FreeHost|HostRegister|HostUnregister|AllocHost|AllocManaged)')
+                                   || 'SetAccess|HostAlloc|FreeHost|HostRegister|HostUnregister|AllocHost|AllocManaged)(_v2)?$')
                AS is_allocator
     FROM events
     WHERE run_id = run AND kind IN ('runtime', 'driver') AND dur_ns > 0
@@ -165,7 +167,8 @@ WITH act_dev AS (
     -- the GPU activity that ends the gap starts exactly at its end (it is the next interval);
     -- of several starting together, the one launched first
     SELECT g.id, arg_min(l.launch_name, l.launch_start_ns) AS launch_name,
-           min(l.launch_start_ns) AS launch_start_ns, arg_min(l.gpu_name, l.launch_start_ns) AS gpu_name
+           min(l.launch_start_ns) AS launch_start_ns, arg_min(l.launch_end_ns, l.launch_start_ns) AS launch_end_ns,
+           arg_min(l.gpu_name, l.launch_start_ns) AS gpu_name
     FROM gaps g JOIN l ON l.rank = g.grp.rank AND l.device = g.grp.device AND l.gpu_start_ns = g.end_ns
     GROUP BY g.id
 ), classified AS (
@@ -174,7 +177,8 @@ WITH act_dev AS (
            coalesce(p.sync_at_start, false) AS sync_at_start,
            coalesce(p.h2d_ns, 0) AS h2d_ns, coalesce(p.h2d_at_start, false) AS h2d_at_start,
            coalesce(p.runtime_ns, 0) AS runtime_ns, coalesce(p.runtime_at_start, false) AS runtime_at_start,
-           n.launch_name AS next_launch_name, n.launch_start_ns AS next_launch_start_ns, n.gpu_name AS next_gpu_name
+           n.launch_name AS next_launch_name, n.launch_start_ns AS next_launch_start_ns,
+           n.launch_end_ns AS next_launch_end_ns, n.gpu_name AS next_gpu_name
     FROM gaps g
     LEFT JOIN per_gap p ON p.gap_id = g.id
     LEFT JOIN next_work n ON n.id = g.id
@@ -186,11 +190,15 @@ SELECT c.grp.rank AS rank, c.grp.device AS device, c.id AS gap_id, c.start_ns, c
        c.next_launch_start_ns, c.next_gpu_name,
        -- CPU-side causes only apply when the GPU had nothing queued: work launched before
        -- the GPU went idle waited on something else (launch latency, another stream)
-       CASE WHEN c.next_launch_start_ns < c.start_ns THEN 'gpu_wait'
+       -- (queued = its launch call had returned; a call still running when the GPU went idle,
+       -- such as a slow first launch, kept the work from the GPU)
+       CASE WHEN c.next_launch_end_ns <= c.start_ns THEN 'gpu_wait'
             WHEN c.loader_ns >= min_cover_fraction * c.dur_ns THEN 'dataloader'
             WHEN c.h2d_at_start OR c.h2d_ns >= min_cover_fraction * c.dur_ns THEN 'h2d_copy'
             WHEN c.sync_at_start OR c.sync_ns >= min_cover_fraction * c.dur_ns THEN 'host_sync'
-            WHEN c.runtime_at_start OR c.runtime_ns >= min_cover_fraction * c.dur_ns THEN 'runtime_stall'
+            -- coverage only: a few-us allocator call that happens to span the gap's start must
+            -- not claim a long gap the CPU spent elsewhere
+            WHEN c.runtime_ns >= min_cover_fraction * c.dur_ns THEN 'runtime_stall'
             ELSE 'launch_bound' END AS cause
 FROM classified c
 ASOF LEFT JOIN steps(run) st ON c.grp.rank = st.rank AND c.start_ns >= st.start_ns;
