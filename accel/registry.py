@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 FINDING_KINDS = ("launch_gap", "host_sync", "h2d_stall", "dataloader_stall", "rank_imbalance",
-                 "comm_exposed", "runtime_stall")
+                 "comm_exposed", "runtime_stall", "fp32_matmul")
 NEEDS = frozenset({"cuda", "triton", "multi_rank", "multi_gpu"})
 
 Metrics = Mapping[str, Any]
@@ -115,6 +115,7 @@ class Fix:
 #   nodes, world_size, local_world_size (int)
 #   allocator_share (0..1)        share of a runtime stall's time in memory-management calls
 #                                 (cudaMalloc/cudaFree/cudaHostAlloc/cuMemCreate/hipMalloc...)
+#   tf32_capable (bool)           the trace's GPU has TF32 tensor cores (Ampere or newer)
 
 def _graph_capturable(m: Metrics) -> str | None:
     # A CUDA graph replays fixed shapes and cannot contain host syncs.
@@ -217,6 +218,13 @@ def _allocator_bound(m: Metrics) -> str | None:
         return (f"the stalled calls are not memory management (only {share:.0%} of the stalled "
                 "time; the rest is most likely CUDA start-up or lazy module loading): profile after warm-up "
                 "instead")
+    return None
+
+
+def _tf32_capable(m: Metrics) -> str | None:
+    if flag(m, "tf32_capable") is False:
+        return ("TF32 needs an Ampere or newer GPU (this trace's GPU predates it): use mixed "
+                "precision (amp_autocast) instead")
     return None
 
 
@@ -409,6 +417,58 @@ _FIX_LIST = [
         fit={"runtime_stall": 0.9},
         reads=("allocator_share",),
         predicate=_allocator_bound,
+    ),
+    Fix(
+        id="tf32_matmul",
+        title="Let FP32 matmuls and convolutions use TF32 tensor cores",
+        addresses=["fp32_matmul"],
+        needs=["cuda"],
+        snippet=(
+            "from accel.kernels.precision import enable_tf32\n"
+            "print(enable_tf32())  # once, before training; or: with tf32(): ... for a block\n"
+            "# plain torch 2.9+: torch.backends.cuda.matmul.fp32_precision = \"tf32\"\n"
+            "#                   torch.backends.cudnn.conv.fp32_precision = \"tf32\"\n"
+            "# older torch:      torch.backends.cuda.matmul.allow_tf32 = True  # cuDNN: on already\n"
+        ),
+        description=(
+            "One setting: cuBLAS and cuDNN run FP32 matmuls and convolutions on tensor cores in "
+            "TF32 (about 8x the FP32 CUDA-core peak on A100/H100) instead of SIMT sgemm kernels. "
+            "The model, its weights and the data stay FP32. Numerics: each multiply's inputs "
+            "are rounded to a 10-bit mantissa and accumulated in FP32 (about 1e-3 relative "
+            "error), which training tolerates; keep it off where FP32-exact products matter "
+            "(with tf32(False): ...). Needs an Ampere or newer GPU; gains nothing on a step "
+            "that is not GEMM/convolution-bound."
+        ),
+        module="accel.kernels.precision",
+        demo_module="accel.demos.tf32_matmul",
+        fit={"fp32_matmul": 0.9},
+        reads=("tf32_capable",),
+        predicate=_tf32_capable,
+    ),
+    Fix(
+        id="amp_autocast",
+        title="Mixed precision: bf16/fp16 autocast",
+        addresses=["fp32_matmul"],
+        needs=["cuda"],
+        snippet=(
+            "from accel.kernels.precision import AmpStep\n"
+            "amp = AmpStep(optimizer)  # bf16 autocast (Ampere+), else fp16 with a GradScaler\n"
+            "for x, y in loader:\n"
+            "    loss = amp(lambda: loss_fn(model(x), y))  # forward, backward, optimizer step\n"
+            "# plain torch: with torch.autocast(\"cuda\", dtype=torch.bfloat16): loss = ...\n"
+        ),
+        description=(
+            "Runs matmuls and convolutions in bf16 (or fp16 on GPUs without bf16) on tensor "
+            "cores while autocast keeps softmax, norms, losses and reductions in FP32; weights "
+            "and the optimizer stay FP32. Works on Volta and Turing too (fp16, where TF32 does "
+            "not exist) and halves activation memory traffic. Numerics: bf16 keeps FP32's range "
+            "with an 8-bit mantissa; fp16 needs loss scaling (the GradScaler). Touches the "
+            "training step; ops that must stay FP32 go under autocast(enabled=False). Gains "
+            "little on steps that are not GEMM/convolution-bound."
+        ),
+        module="accel.kernels.precision",
+        demo_module="accel.demos.amp_autocast",
+        fit={"fp32_matmul": 0.8},
     ),
     # --- owned by the accel-dist helper (modules and demos under accel/comm, accel/demos/dist_*) --
     Fix(

@@ -12,6 +12,7 @@ KIND_TITLES = {
     "launch_gap": "GPU idle between kernel launches",
     "host_sync": "Host synchronisation stalls the GPU",
     "runtime_stall": "Slow CUDA runtime calls (allocator, start-up) stall the GPU",
+    "fp32_matmul": "Matmuls and convolutions in FP32 on CUDA cores, not tensor cores",
     "h2d_stall": "Host-to-device copies stall the GPU",
     "dataloader_stall": "The data loader starves the GPU",
     "rank_imbalance": "Unbalanced ranks (a straggler)",

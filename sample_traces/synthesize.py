@@ -30,7 +30,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 US = 1_000
 MS = 1_000_000
@@ -46,6 +46,10 @@ FLOAT_BYTES = 4
 
 GEMM_KERNEL = ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1"
                "_execute_segment_k_off_kernel__5x_cublas")
+# Plain FP32 on CUDA cores (torch.backends.cuda.matmul.allow_tf32 = False, the default since
+# PyTorch 1.12): cuBLAS picks a SIMT sgemm, on Hopper too (no tensor cores, ~1/8 of their peak)
+SGEMM_KERNEL = "ampere_sgemm_128x64_nn"
+TENSOR_CORE_SPEEDUP = 8       # TF32/FP16 tensor cores vs FP32 CUDA cores: V100 125/15.7, A100 156/19.5, H100 495/67
 RELU_KERNEL = ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)"
                "::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, "
                "at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}"
@@ -96,6 +100,7 @@ class Workload:
     tokens: int = 8192                  # rows of the activations (batch x sequence)
     params_per_layer: tuple[int, ...] = (524_288,) + (4_194_304,) * 7  # layer 0 small: the last bucket is cheap
     gemm_ns: int = 600 * US             # one forward GEMM; backward runs two of them
+    gemm_kernel: str = GEMM_KERNEL      # the kernel every GEMM launches (default: TF32 tensor cores)
     act_ns: int = 40 * US               # the elementwise op after each GEMM
     loss_ns: int = 30 * US
     op_cpu_ns: int = 14 * US            # host time to dispatch one aten op (python + dispatcher), launch excluded
@@ -194,6 +199,17 @@ def _scenarios(world_size: int | None) -> dict[str, Scenario]:
                       # the gap after the frees spans the step boundary: the last recorded step's
                       # runs past the last GPU op, so N recorded steps hold N - 1 of them
                       "design_boundary_ns": free_gap}]),
+        "fp32_matmul": Scenario(
+            "fp32_matmul", "the control's job with TF32 off: every GEMM a plain-FP32 SIMT sgemm on CUDA "
+                           "cores (as slow as the control's); gradients all-reduced over NVLink", ws or 2,
+            # NVLink-class bus bandwidth (200 GB/s, not the control's 40): with GEMMs 8x faster,
+            # backward is ~6x shorter, and at 40 GB/s the DDP buckets would no longer hide behind it
+            # (the fix would save ~13% less than the sgemm time x 7/8 at 2 ranks, ~25% at 4)
+            replace(base, gemm_kernel=SGEMM_KERNEL, busbw_gbps=200.0),
+            planted=[{"kind": "fp32_matmul",
+                      # 24 GEMMs a step; tensor cores would run them ~8x faster
+                      "design_ns_per_step": 3 * base.layers * base.gemm_ns * (TENSOR_CORE_SPEEDUP - 1)
+                      // TENSOR_CORE_SPEEDUP}]),
         "all": Scenario(
             "all", f"{all_ws}-rank job: rank {all_straggler} straggles, single-process loader, pageable "
                    "copies, `.item()` after 4 forward layers, gradients all-reduced after backward", all_ws,
@@ -458,7 +474,7 @@ def _train_step(m: RankModel, step: int) -> Iterator[CollectiveRequest]:
                         if layer < wl.malloc_layers:
                             # the emptied caching allocator maps a fresh segment for the output
                             m.runtime_call("cudaMalloc", wl.malloc_ns, 20)
-                        m.launch(GEMM_KERNEL, wl.gemm_ns)
+                        m.launch(wl.gemm_kernel, wl.gemm_ns)
                 with m.cpu_op("aten::relu", args={"Input Dims": [[wl.tokens, wl.hidden]]}):
                     m.launch(RELU_KERNEL, wl.act_ns)
                 if layer < wl.syncs_per_step:
@@ -484,7 +500,7 @@ def _train_step(m: RankModel, step: int) -> Iterator[CollectiveRequest]:
                         for _ in range(2):
                             with m.cpu_op("aten::mm", args={"Input Dims": [[wl.tokens, wl.hidden],
                                                                           [wl.hidden, wl.hidden]]}):
-                                m.launch(GEMM_KERNEL, wl.gemm_ns)
+                                m.launch(wl.gemm_kernel, wl.gemm_ns)
                 if wl.comm == "overlap":
                     # DDP: this layer's bucket is ready, all-reduce it while backward goes on
                     yield from m.allreduce(params[layer])
@@ -591,6 +607,7 @@ def _truth_for_rank(m: RankModel) -> dict[str, Any]:
     comm_ops = [o for o in ops if o.name.startswith("nccl")]
     compute = [(o.start, o.end) for o in ops if o.cat == "kernel" and not o.name.startswith("nccl")]
     pageable_copy = sum(o.end - o.start for o in ops if "Pageable -> Device" in o.name)
+    sgemm = sum(o.end - o.start for o in ops if o.cat == "kernel" and "sgemm" in o.name)
     waits = [(o.start, o.arrival) for o in comm_ops if o.arrival is not None and o.arrival > o.start]
     transfers = [(max(o.start, o.arrival or o.start), o.end) for o in comm_ops]
     step_durs = [end - start for _, start, end in m.step_windows]
@@ -601,6 +618,7 @@ def _truth_for_rank(m: RankModel) -> dict[str, Any]:
         "compute_ns_per_step": sum(e - s for s, e in _union(compute)) / steps,
         "idle_ns_per_step_by_cause": {k: v / steps for k, v in sorted(idle_by_cause.items())},
         "pageable_h2d_ns_per_step": pageable_copy / steps,
+        "sgemm_ns_per_step": sgemm / steps,
         "collective_wait_ns_per_step": sum(e - s for s, e in waits) / steps,
         "collective_wait_exposed_ns_per_step": _subtract_len(waits, compute) / steps,
         "comm_transfer_ns_per_step": sum(e - s for s, e in _union(transfers)) / steps,
@@ -610,7 +628,8 @@ def _truth_for_rank(m: RankModel) -> dict[str, Any]:
 
 
 def _problems(scenario: Scenario, per_rank: list[dict[str, Any]], straggler: int | None,
-              balanced_step_ns: float | None, min_pct: float) -> list[dict[str, Any]]:
+              balanced_step_ns: float | None, min_pct: float,
+              tensor_core_step_ns: list[float] | None = None) -> list[dict[str, Any]]:
     """The planted problems with their true cost per step, per affected rank."""
     planted_kinds = {p["kind"] for p in scenario.planted}
     problems: list[dict[str, Any]] = []
@@ -641,6 +660,13 @@ def _problems(scenario: Scenario, per_rank: list[dict[str, Any]], straggler: int
             if straggler is not None:
                 exposed = min(exposed, per_rank[straggler]["comm_exposed_ns_per_step"])
             add("comm_exposed", f["rank"], exposed, f)
+        if "fp32_matmul" in planted_kinds and tensor_core_step_ns is not None:
+            # Counterfactual: the same job with every SIMT GEMM on tensor cores (8x faster). The
+            # design figure is the sgemm time x 7/8; the run says what of it the step really loses.
+            sgemm = f["sgemm_ns_per_step"]
+            add("fp32_matmul", f["rank"], f["step_time_ns"] - tensor_core_step_ns[f["rank"]], f,
+                sgemm_ns_per_step=int(round(sgemm)),
+                design_ns_per_step=int(round(sgemm * (TENSOR_CORE_SPEEDUP - 1) / TENSOR_CORE_SPEEDUP)))
     if "rank_imbalance" in planted_kinds and straggler is not None and balanced_step_ns is not None:
         # Counterfactual: the same job with the straggler's extra work removed. Ranks run in
         # lockstep, so what every other rank loses per step is how much longer its steps are.
@@ -727,11 +753,15 @@ def _write_trace(path: Path, m: RankModel, compress: bool) -> None:
         path.write_bytes(data)
 
 
-def _simulate(sc: Scenario, steps: int, first_step: int, seed: int) -> list[RankModel]:
+def _simulate(sc: Scenario, steps: int, first_step: int, seed: int,
+              adjust: Callable[[Workload], Workload] | None = None) -> list[RankModel]:
+    """Run the scenario's job; `adjust` rewrites each rank's workload (a counterfactual run)."""
     n = sc.world_size
     models = []
     for rank in range(n):
         wl = replace(sc.workload, **sc.per_rank.get(rank, {}))
+        if adjust is not None:
+            wl = adjust(wl)
         # ranks start within a few microseconds of each other, as after a barrier
         models.append(RankModel(rank, n, wl, seed, EPOCH_START_NS + rank * 3_217 + seed * 1_000_000))
     # two unrecorded warm-up steps first, so the host is already as far ahead of the GPU as it
@@ -740,6 +770,13 @@ def _simulate(sc: Scenario, steps: int, first_step: int, seed: int) -> list[Rank
     for m in models:
         m.keep_only_steps_from(first_step)
     return models
+
+
+def _on_tensor_cores(wl: Workload) -> Workload:
+    """The fix for fp32_matmul (TF32 / bf16 autocast): SIMT GEMMs become tensor-core ones."""
+    if "sgemm" not in wl.gemm_kernel:
+        return wl
+    return replace(wl, gemm_kernel=GEMM_KERNEL, gemm_ns=wl.gemm_ns // TENSOR_CORE_SPEEDUP)
 
 
 def synthesize(out_dir: str | Path, scenario: str = "control", world_size: int | None = None,
@@ -779,6 +816,10 @@ def synthesize(out_dir: str | Path, scenario: str = "control", world_size: int |
         balanced = _simulate(replace(sc, per_rank={}), steps, first_step, seed)
         steps_ns = [_truth_for_rank(m)["step_time_ns"] for m in balanced]
         balanced_step_ns = sum(steps_ns) / len(steps_ns)
+    tensor_core_step_ns = None
+    if "fp32_matmul" in {p["kind"] for p in sc.planted}:
+        tensor_core = _simulate(sc, steps, first_step, seed, adjust=_on_tensor_cores)
+        tensor_core_step_ns = [_truth_for_rank(m)["step_time_ns"] for m in tensor_core]
     return {
         "scenario": scenario,
         "description": sc.description,
@@ -790,7 +831,8 @@ def synthesize(out_dir: str | Path, scenario: str = "control", world_size: int |
         "planted": sc.planted,
         "ranks": per_rank,
         "balanced_step_time_ns": balanced_step_ns,
-        "problems": _problems(sc, per_rank, straggler, balanced_step_ns, min_pct),
+        "tensor_core_step_time_ns": tensor_core_step_ns,   # per rank, fp32_matmul's counterfactual
+        "problems": _problems(sc, per_rank, straggler, balanced_step_ns, min_pct, tensor_core_step_ns),
     }
 
 

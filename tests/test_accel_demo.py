@@ -57,7 +57,7 @@ def test_unknown_fix_is_a_usage_error(capsys):
 @pytest.mark.skipif(CUDA, reason="checks the skip path on a machine without CUDA")
 @pytest.mark.parametrize("fix_id", ["cuda_graph", "compile_reduce_overhead",
                                     "triton_fused_elementwise", "cuda_prefetcher",
-                                    "allocator_tuning"])
+                                    "allocator_tuning", "tf32_matmul", "amp_autocast"])
 def test_gpu_demos_skip_cleanly_on_cpu(fix_id, tmp_path, capsys):
     assert demo.main([fix_id, "--out", str(tmp_path / "out"), "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()

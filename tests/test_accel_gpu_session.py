@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 def test_plan_is_every_single_gpu_demo():
     plan = gpu_session.single_gpu_fixes()
     assert {"cuda_graph", "compile_reduce_overhead", "triton_fused_elementwise", "cuda_prefetcher",
-            "fused_optimizer", "dataloader_tuning", "allocator_tuning"} <= set(plan)
+            "fused_optimizer", "dataloader_tuning", "allocator_tuning", "tf32_matmul",
+            "amp_autocast"} <= set(plan)
     assert not any({"multi_rank", "multi_gpu"} & set(registry.FIXES[i].needs) for i in plan)
     assert gpu_session.single_gpu_fixes(["cuda_graph", "balanced_sampler"]) == ["cuda_graph"]
     with pytest.raises(SystemExit, match="no_such_fix"):

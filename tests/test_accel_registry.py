@@ -1,4 +1,4 @@
-"""accel.registry: the 13 fixes, their predicates over finding metrics, and the ranking."""
+"""accel.registry: the 15 fixes, their predicates over finding metrics, and the ranking."""
 from __future__ import annotations
 
 import importlib.util
@@ -13,13 +13,13 @@ from accel import registry
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 FIX_IDS = ["cuda_graph", "compile_reduce_overhead", "fused_optimizer", "triton_fused_elementwise",
-           "cuda_prefetcher", "dataloader_tuning", "allocator_tuning", "balanced_sampler",
-           "comm_compression", "powersgd", "ddp_bucket_tuning", "no_sync_accumulation",
-           "hierarchical_allreduce"]
-CORE_FIXES = FIX_IDS[:7]   # implemented in this package's kernels/ and data/ (not accel/comm)
+           "cuda_prefetcher", "dataloader_tuning", "allocator_tuning", "tf32_matmul", "amp_autocast",
+           "balanced_sampler", "comm_compression", "powersgd", "ddp_bucket_tuning",
+           "no_sync_accumulation", "hierarchical_allreduce"]
+CORE_FIXES = FIX_IDS[:9]   # implemented in this package's kernels/ and data/ (not accel/comm)
 
 
-def test_registry_holds_exactly_the_thirteen_fixes():
+def test_registry_holds_exactly_the_fifteen_fixes():
     assert list(registry.FIXES) == FIX_IDS
 
 

@@ -39,8 +39,10 @@ def by_kind(findings):
 
 def test_zero_workers_is_input_bound(resnet):
     findings = resnet[0]["default"]
-    top = findings[0]
-    assert top.kind == "dataloader_stall"
+    # the input stall and the FP32 convolutions (a V100 without AMP: fp32_matmul's upper bound)
+    # are the two costliest findings, close to each other
+    assert {f.kind for f in findings[:2]} == {"dataloader_stall", "fp32_matmul"}
+    top = by_kind(findings)["dataloader_stall"]
     assert top.cost_ns / 1e6 == pytest.approx(29.4, abs=0.3)
     assert top.cost_pct == pytest.approx(19.0, abs=0.3)
     assert top.metrics["num_workers"] == 0

@@ -18,7 +18,7 @@ COST_TOLERANCE = 0.15      # the task's bar: within 15% of the planted cost
 # it could fall on either side, so only those clearly above are required.
 REQUIRED_PCT = 6.0
 SINGLE_PROBLEM_SCENARIOS = ["launch_bound", "host_sync", "h2d_stall", "dataloader", "straggler",
-                            "exposed_comm", "allocator_churn"]
+                            "exposed_comm", "allocator_churn", "fp32_matmul"]
 
 
 def _installed_kinds() -> set[str]:

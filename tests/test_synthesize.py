@@ -24,7 +24,7 @@ def straggler(tmp_path_factory) -> dict:
 
 def test_every_scenario_listed_and_unknown_rejected(tmp_path):
     assert set(syn.SCENARIOS) >= {"control", "launch_bound", "host_sync", "h2d_stall", "dataloader",
-                                  "straggler", "exposed_comm", "allocator_churn", "all"}
+                                  "straggler", "exposed_comm", "allocator_churn", "fp32_matmul", "all"}
     with pytest.raises(ValueError, match="unknown scenario"):
         syn.synthesize(tmp_path, "no_such_thing")
     with pytest.raises(ValueError, match="steps"):
@@ -144,6 +144,42 @@ def test_allocator_churn_plants_a_runtime_stall_of_the_designed_size(tmp_path):
     for path in control["files"]:
         assert not _runtime_calls(path, "cudaFree") and not _runtime_calls(path, "cudaMalloc")
     assert all("runtime_stall" not in r["idle_ns_per_step_by_cause"] for r in control["ranks"])
+
+
+def _kernel_names(path: str) -> list[str]:
+    return [e["name"] for e in _load(path)["traceEvents"] if e.get("cat") == "kernel"]
+
+
+def test_fp32_matmul_plants_simt_gemms_and_the_tensor_core_counterfactual(tmp_path):
+    steps = 3
+    truth = syn.synthesize(tmp_path / "fp32", "fp32_matmul", steps=steps, seed=2)
+    [planted] = truth["planted"]
+    assert {(p["kind"], p["rank"]) for p in truth["problems"]} == {("fp32_matmul", 0), ("fp32_matmul", 1)}
+    for p, r, tc_step in zip(truth["problems"], truth["ranks"], truth["tensor_core_step_time_ns"]):
+        # the truth is a counterfactual run with GEMMs 8x faster; the job stays compute-bound
+        # after the fix (comm still hidden), so it saves the sgemm time x 7/8 (measured: within 0.5%)
+        assert p["cost_ns_per_step"] == pytest.approx(r["step_time_ns"] - tc_step, abs=1)
+        assert p["sgemm_ns_per_step"] == pytest.approx(r["sgemm_ns_per_step"], abs=1)
+        assert p["design_ns_per_step"] == pytest.approx(r["sgemm_ns_per_step"] * 7 / 8, abs=1)
+        assert p["cost_ns_per_step"] == pytest.approx(p["design_ns_per_step"], rel=0.10)
+        assert p["design_ns_per_step"] == pytest.approx(planted["design_ns_per_step"], rel=0.02)  # jitter 1%
+        assert 70.0 < p["cost_pct"] < 90.0
+        assert sum(r["idle_ns_per_step_by_cause"].values()) < 0.01 * r["step_time_ns"]
+    for path in truth["files"]:
+        trace = _load(path)
+        assert trace["deviceProperties"][0]["computeMajor"] >= 8     # tensor cores were there to use
+        gemms = [n for n in _kernel_names(path) if "gemm" in n]
+        assert len(gemms) == 3 * 8 * steps and set(gemms) == {syn.SGEMM_KERNEL}
+        assert syn.GEMM_KERNEL not in _kernel_names(path)
+    # every other scenario's GEMMs run on tensor cores (TF32): no sgemm anywhere
+    for scenario in syn.SCENARIOS:
+        if scenario == "fp32_matmul":
+            continue
+        other = syn.synthesize(tmp_path / scenario, scenario, steps=1, seed=2)
+        assert other["tensor_core_step_time_ns"] is None
+        assert not any(p["kind"] == "fp32_matmul" for p in other["problems"])
+        for path in other["files"]:
+            assert not [n for n in _kernel_names(path) if "sgemm" in n], scenario
 
 
 def test_all_scenario_plants_every_distributed_problem(tmp_path):

@@ -12,6 +12,7 @@ EVIDENCE_COLUMN = {
     "launch_gap": ("idle_ms", "GPU idle per step"),
     "host_sync": ("idle_ms", "GPU idle per step"),
     "runtime_stall": ("idle_ms", "GPU idle per step"),
+    "fp32_matmul": ("compute_ms", "GPU compute per step"),
     "dataloader_stall": ("idle_ms", "GPU idle per step"),
     "h2d_stall": ("memory_ms", "Memory copies not hidden by compute, per step"),
     "comm_exposed": ("comm_exposed_ms", "Exposed communication per step"),

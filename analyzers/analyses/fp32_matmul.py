@@ -1,0 +1,104 @@
+"""fp32_matmul: matrix multiplies and convolutions run in plain FP32 on CUDA cores instead of
+tensor cores (TF32 on Ampere and newer, FP16/BF16 mixed precision on Volta and newer).
+
+Cost: per step, the FP32 SIMT GEMM/convolution kernel time times (1 - 1/TENSOR_CORE_SPEEDUP):
+what the same math would save at tensor-core speed, an upper bound (small or memory-bound GEMMs
+gain less). Kernels are found by name (analyzers/sql/fp32_matmul.sql). Whether TF32 is an option
+comes from the GPU's name (deviceProperties), else from the architecture cuBLAS/cuDNN put in
+the kernel names; it decides which fix the finding points to first.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import duckdb
+
+from analyzers.analyses import query, rounded, to_ms
+from analyzers.model import Finding
+
+KIND = "fp32_matmul"
+DEFAULT_THRESHOLDS = {
+    # NVIDIA's peak ratios of tensor-core to FP32 CUDA-core math: V100 FP16 125 vs 15.7 TFLOP/s,
+    # A100 TF32 156 vs 19.5, H100 SXM TF32 495 vs 67: ~8x
+    "TENSOR_CORE_SPEEDUP": 8.0,
+}
+
+# GPUs with TF32 tensor cores (compute capability 8.0 and newer) and those without, by the name
+# deviceProperties carries; kernel-name prefixes say the same where the name is missing.
+_TF32_GPUS = re.compile(r"\b(A\d{1,3}|H\d{2,3}|GH\d{3}|B\d{3}|GB\d{3}|L\d{1,2}S?|L40S?|RTX (?:A\d{4}|\d{4} Ada|30\d0|40\d0|50\d0)"
+                        r"|GeForce RTX (?:30|40|50)\d0)", re.I)
+_OLDER_GPUS = re.compile(r"\b(V100|T4|P100|P40|P4|K80|M60|Titan V|Quadro RTX|RTX 20\d0|GTX)", re.I)
+_ARCH_OF_PREFIX = {"maxwell": 5.0, "pascal": 6.0, "volta": 7.0, "turing": 7.5, "ampere": 8.0, "ada": 8.9,
+                   "hopper": 9.0}
+
+
+def short_name(kernel: str) -> str:
+    """A kernel's name without 'void ', namespaces, template arguments and parameters."""
+    text = re.sub(r"^void\s+", "", kernel)
+    name = text.split("<", 1)[0].split("(", 1)[0].rsplit("::", 1)[-1]
+    inner = re.match(r"[\w:]+<\s*([\w:]+)", text)
+    if name in ("Kernel", "kernel", "Kernel2") and inner:   # cutlass::Kernel<cutlass_80_simt_sgemm_...>
+        name = inner.group(1).rsplit("::", 1)[-1]
+    return name or kernel[:60]
+
+
+def _arch(prefix: str) -> float | None:
+    if prefix in _ARCH_OF_PREFIX:
+        return _ARCH_OF_PREFIX[prefix]
+    digits = prefix[2:] if prefix.startswith("sm") else ""
+    return int(digits) / 10 if digits.isdigit() else None
+
+
+def tf32_capable(device_names: list[str | None], arch_prefixes: list[str]) -> bool | None:
+    """True on Ampere or newer, False on older GPUs, None when the trace does not say.
+
+    The GPU's name decides where the trace has it; else the newest architecture in the kernel
+    names (cuBLAS may run kernels tuned for an older architecture on a newer GPU, not the reverse).
+    """
+    for name in device_names:
+        if name and _OLDER_GPUS.search(name):
+            return False
+        if name and _TF32_GPUS.search(name):
+            return True
+    archs = [a for a in map(_arch, arch_prefixes) if a is not None]
+    return None if not archs else max(archs) >= 8.0
+
+
+def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]:
+    if not ctx.has_gpu:
+        return []
+    speedup = float(ctx.thresholds["TENSOR_CORE_SPEEDUP"])
+    rows = query(con, "SELECT * FROM fp32_matmul_by_rank(?) ORDER BY rank", [run_id])
+    devices = {r["rank"]: r["device_name"] for r in query(
+        con, "SELECT rank, device_name FROM ranks WHERE run_id = ?", [run_id])}
+    findings = []
+    for row in rows:
+        rank = row["rank"]
+        if rank not in ctx.ranks:
+            continue
+        per_step = ctx.ranks[rank].steps_divisor
+        fp32_ns = row["fp32_ns"] / per_step
+        cost_ns = fp32_ns * (1.0 - 1.0 / speedup)
+        capable = tf32_capable([devices.get(rank)], row["arch_prefixes"] or [])
+        top = [{"name": k["name"], "calls_per_step": rounded(k["calls"] / per_step, 2),
+                "ms_per_step": to_ms(k["ns"] / per_step)} for k in row["top_kernels"] or []]
+        metrics = {
+            "fp32_matmul_ms_per_step": to_ms(fp32_ns),
+            "share_of_compute": rounded(row["fp32_ns"] / row["compute_kernel_ns"]) if row["compute_kernel_ns"] else None,
+            "kernels_per_step": rounded(row["kernels"] / per_step, 2),
+            "tf32_capable": capable,
+            "assumed_tensor_core_speedup": speedup,
+            "top_kernels": top,
+        }
+        how = {True: "TF32 tensor cores are one line away on this GPU (or bf16 autocast)",
+               False: "this GPU predates TF32 and bf16: fp16 autocast with a GradScaler puts them on tensor cores",
+               None: "TF32 (Ampere and newer) or fp16/bf16 autocast would put them on tensor cores"}[capable]
+        summary = (f"Rank {rank}: {metrics['fp32_matmul_ms_per_step']:,.2f} ms per step of matrix multiplies and "
+                   f"convolutions run in plain FP32 on CUDA cores ({100 * (metrics['share_of_compute'] or 0):.0f}% "
+                   f"of compute kernel time, mostly {short_name(top[0]['name']) if top else '?'}); {how}. At ~"
+                   f"{speedup:g}x tensor-core speed that is up to {cost_ns / 1e6:,.2f} ms per step.")
+        findings.append(ctx.make(KIND, f"{KIND}:r{rank}", rank=rank, cost_ns=cost_ns, summary=summary,
+                                 metrics=metrics, step=row["worst_step"], t_start_ns=row["longest_start_ns"],
+                                 t_end_ns=row["longest_end_ns"]))
+    return findings
