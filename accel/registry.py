@@ -116,6 +116,7 @@ class Fix:
 #   allocator_share (0..1)        share of a runtime stall's time in memory-management calls
 #                                 (cudaMalloc/cudaFree/cudaHostAlloc/cuMemCreate/hipMalloc...)
 #   tf32_capable (bool)           the trace's GPU has TF32 tensor cores (Ampere or newer)
+#   tf32_in_use (bool)            TF32 tensor-core kernels already run on that rank (TF32 is on)
 
 def _graph_capturable(m: Metrics) -> str | None:
     # A CUDA graph replays fixed shapes and cannot contain host syncs.
@@ -225,6 +226,9 @@ def _tf32_capable(m: Metrics) -> str | None:
     if flag(m, "tf32_capable") is False:
         return ("TF32 needs an Ampere or newer GPU (this trace's GPU predates it): use mixed "
                 "precision (amp_autocast) instead")
+    if flag(m, "tf32_in_use") is True:
+        return ("TF32 is already on in this trace (TF32 tensor-core kernels run beside these FP32 ones): "
+                "what is left needs bf16 autocast or shapes cuBLAS can tile (multiples of 8)")
     return None
 
 
@@ -426,9 +430,8 @@ _FIX_LIST = [
         snippet=(
             "from accel.kernels.precision import enable_tf32\n"
             "print(enable_tf32())  # once, before training; or: with tf32(): ... for a block\n"
-            "# plain torch 2.9+: torch.backends.cuda.matmul.fp32_precision = \"tf32\"\n"
-            "#                   torch.backends.cudnn.conv.fp32_precision = \"tf32\"\n"
-            "# older torch:      torch.backends.cuda.matmul.allow_tf32 = True  # cuDNN: on already\n"
+            "# plain torch: torch.backends.cuda.matmul.allow_tf32 = True\n"
+            "#              torch.backends.cudnn.allow_tf32 = True\n"
         ),
         description=(
             "One setting: cuBLAS and cuDNN run FP32 matmuls and convolutions on tensor cores in "
@@ -442,7 +445,7 @@ _FIX_LIST = [
         module="accel.kernels.precision",
         demo_module="accel.demos.tf32_matmul",
         fit={"fp32_matmul": 0.9},
-        reads=("tf32_capable",),
+        reads=("tf32_capable", "tf32_in_use"),
         predicate=_tf32_capable,
     ),
     Fix(

@@ -15,8 +15,7 @@ from accel.kernels.precision import AmpStep, amp_dtype, enable_tf32, tf32, tf32_
 from test_accel_demo import JSON_KEYS, _cli, _profiler_steps
 
 CUDA = torch.cuda.is_available()
-ON = "tf32" if precision._NEW_API else True
-OFF = "ieee" if precision._NEW_API else False
+ON, OFF = True, False
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +26,6 @@ def restore_tf32():
 
 
 def test_the_flags_are_the_ones_this_torch_reads():
-    assert precision._NEW_API == hasattr(torch.backends.cuda.matmul, "fp32_precision")
     assert len(tf32_settings()) == 2
     assert all(key.startswith("torch.backends.cud") for key in tf32_settings())
 
@@ -52,13 +50,24 @@ def test_tf32_context_restores_after_an_exception():
     assert tf32_settings() == before
 
 
-def test_restored_settings_stay_readable_through_the_old_api():
-    # torch 2.9+ raises when the legacy flags are read after the new API set a different value:
-    # after the block, code that reads allow_tf32 must still work
-    with tf32():
-        pass
-    assert isinstance(torch.backends.cuda.matmul.allow_tf32, bool)
-    assert isinstance(torch.backends.cudnn.allow_tf32, bool)
+def test_every_tf32_getter_stays_readable_inside_and_after():
+    # torch 2.9+ raises on the legacy getters once fp32_precision was set directly to a different
+    # value; torch's Inductor, Lightning and transformers call them, so neither enable_tf32 nor
+    # the context may leave such a state behind
+    def read_all():
+        out = [torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+               torch.get_float32_matmul_precision()]
+        if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+            out += [torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision]
+        return out
+    for enabled in (True, False):
+        enable_tf32(enabled)
+        read_all()
+        with tf32(not enabled):
+            read_all()
+        read_all()
+    enable_tf32(True)
+    assert torch.get_float32_matmul_precision() == "high"
 
 
 def test_enable_tf32_says_what_it_set():
@@ -211,3 +220,13 @@ def test_demo_checks_on_gpu(toy_workload):
     checks = tf32_matmul.compare(tf32_matmul.FP32, tf32_matmul.Variant("amp", False, dtype), "cuda",
                                  amp_autocast.LOSS_RTOL)
     assert checks["loss_within_0.02_over_3_steps"] is True
+
+
+@pytest.mark.parametrize("capability, expected", [((7, 0), torch.float16), ((7, 5), torch.float16),
+                                                   ((8, 0), torch.bfloat16), ((9, 0), torch.bfloat16)])
+def test_amp_dtype_uses_fp16_before_ampere_even_where_bf16_is_emulated(monkeypatch, capability, expected):
+    # torch.cuda.is_bf16_supported() says yes on a V100 (emulated, no tensor cores)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert amp_dtype("cuda") is expected

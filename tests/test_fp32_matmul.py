@@ -58,7 +58,8 @@ def test_finding_costs_the_fp32_time_at_tensor_core_speed(syn):
     assert m["share_of_compute"] == round(1500 / 1750, 3)
     assert m["tf32_capable"] is True                      # the newest prefix, sm90, no device name
     assert m["top_kernels"][0]["name"].startswith("sm90_xmma_gemm_f32f32_f32f32_f32")
-    assert "TF32 tensor cores are one line away" in f.summary
+    # the trace also runs TF32 tensor-core kernels (cutlass s1688gemm, xmma tf32): TF32 is on already
+    assert m["tf32_in_use"] is True and "TF32 is already on here" in f.summary
     # the window: the longest such kernel (the 500 µs one, step 1)
     assert (f.t_start_ns, f.t_end_ns) == (1100 * US, 1600 * US) and f.step == 1
     findings, _ = run_analyses(syn, "syn", {"MIN_FINDING_PCT": 0.0, "TENSOR_CORE_SPEEDUP": 4.0})
@@ -104,4 +105,51 @@ def test_tensor_core_trace_reports_only_its_few_small_fp32_gemms(shared_traces):
     assert f.metrics["tf32_capable"] is True and f.cost_pct < 1
     assert f.metrics["share_of_compute"] == pytest.approx(0.013, abs=0.001)
     assert f.metrics["top_kernels"][0]["name"] == "cudnn_infer_ampere_scudnn_128x64_relu_xregs_large_nn_v1"
+    con.close()
+
+
+@pytest.mark.parametrize("device, major, prefixes, expected", [
+    ("NVIDIA A100-SXM4-80GB", None, [], "tf32"), ("NVIDIA A10G", None, [], "tf32"),
+    ("Tesla V100-PCIE-16GB", None, ["ampere"], "fp16"), ("NVIDIA TITAN RTX", None, [], "fp16"),
+    ("Tesla P100-PCIE-16GB", None, [], "none"), ("NVIDIA GeForce GTX 1080 Ti", None, [], "none"),
+    ("Some future GPU", 10, [], "tf32"), ("NVIDIA H100 80GB HBM3", 9, [], "tf32"), (None, 7, ["ampere"], "fp16"),
+    ("AMD Instinct MI250X / MI250", 9, [], None), (None, None, ["pascal"], "none"), (None, None, [], None),
+])
+def test_tensor_core_generation(device, major, prefixes, expected):
+    from analyzers.analyses.fp32_matmul import tensor_cores
+    assert tensor_cores(device, major, prefixes) == expected
+
+
+def _one_kernel_store(name, device_name=None, extra=()):
+    rows = [ev("user_annotation", "ProfilerStep#1", 0, 10000)] + launch(1, 10, 15, 20, 5020, name=name)
+    for i, other in enumerate(extra):
+        rows += launch(10 + i, 5020, 5025, 5030 + 100 * i, 5120 + 100 * i, name=other)
+    con = hand_written_store(rows)
+    if device_name:
+        con.execute("UPDATE ranks SET device_name = ?", [device_name])
+    return con
+
+
+def test_a_gpu_without_tensor_cores_gets_a_note_not_a_finding():
+    con = _one_kernel_store("maxwell_sgemm_128x64_nn", "Tesla P100-PCIE-16GB")
+    findings, notes = run_analyses(con, "syn", {"MIN_FINDING_PCT": 0.0})
+    con.close()
+    assert not [f for f in findings if f.kind == "fp32_matmul"]
+    assert any("without tensor cores" in n for n in notes)
+
+
+def test_fp32_left_over_where_tf32_already_runs_is_not_sent_to_tf32():
+    con = _one_kernel_store("ampere_sgemm_32x32_sliced1x4_tn", "NVIDIA A100-SXM4-80GB",
+                            extra=["void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(P)"])
+    [f] = [f for f in run_analyses(con, "syn", {"MIN_FINDING_PCT": 0.0})[0] if f.kind == "fp32_matmul"]
+    con.close()
+    assert f.metrics["tf32_in_use"] is True and f.metrics["tf32_capable"] is True
+    assert "TF32 is already on here" in f.summary
+    assert f.fix_ids == ["amp_autocast", "tf32_matmul"]
+    assert "already on" in f.to_contract()["fixes_ruled_out"]["tf32_matmul"]
+
+
+def test_fp16_simt_kernels_are_not_fp32():
+    con = _one_kernel_store("maxwell_fp16_sgemm_fp16_128x64_nn")
+    assert con.execute("SELECT count(*) FROM fp32_matmul_kernels('syn')").fetchone()[0] == 0
     con.close()

@@ -32,28 +32,21 @@ from typing import Callable, Iterator
 
 import torch
 
-# torch 2.9+ has per-backend fp32_precision ("ieee" | "tf32" | "none" = inherit); the older
-# allow_tf32 flags still work there, but reading them after the new API set a different value
-# raises, so we use one API per torch: the new one where it exists.
-_NEW_API = hasattr(torch.backends.cuda.matmul, "fp32_precision") and \
-    hasattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision")
-
-
+# The allow_tf32 flags, on every torch: torch 2.9+ maps them onto its per-backend fp32_precision,
+# and with them both APIs stay readable. Setting fp32_precision directly instead makes the old
+# getters (allow_tf32, get_float32_matmul_precision) raise "mix of the legacy and new APIs", and
+# torch's own Inductor, Lightning and transformers still call those.
 def _targets() -> list[tuple[object, str]]:
     """(object, attribute) pairs that decide whether FP32 matmuls and convolutions use TF32."""
-    if _NEW_API:
-        return [(torch.backends.cuda.matmul, "fp32_precision"),
-                (torch.backends.cudnn.conv, "fp32_precision")]
     return [(torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")]
 
 
 def _names() -> list[str]:
-    cudnn = "torch.backends.cudnn.conv" if _NEW_API else "torch.backends.cudnn"
-    return ["torch.backends.cuda.matmul", cudnn]
+    return ["torch.backends.cuda.matmul", "torch.backends.cudnn"]
 
 
 def tf32_settings() -> dict[str, object]:
-    """The current TF32 settings, {"torch.backends.cuda.matmul.fp32_precision": "tf32", ...}."""
+    """The current TF32 settings, {"torch.backends.cuda.matmul.allow_tf32": True, ...}."""
     return {f"{name}.{attr}": getattr(obj, attr) for name, (obj, attr) in zip(_names(), _targets())}
 
 
@@ -70,8 +63,7 @@ def enable_tf32(enabled: bool = True) -> str:
     of each multiply rounded to a 10-bit mantissa, FP32 accumulate (about 1e-3 relative error);
     keep it off where FP32-exact products matter. No gain on steps that are not GEMM-bound.
     """
-    value = ("tf32" if enabled else "ieee") if _NEW_API else bool(enabled)
-    _apply([value, value])
+    _apply([bool(enabled), bool(enabled)])
     return "set " + ", ".join(f"{key} = {value!r}" for key, value in tf32_settings().items())
 
 
@@ -89,7 +81,9 @@ def tf32(enabled: bool = True) -> Iterator[dict[str, object]]:
 
 def amp_dtype(device_type: str = "cuda") -> torch.dtype:
     """bf16 where the device has it (CPU, Ampere or newer GPUs), else fp16 (Volta/Turing)."""
-    if device_type == "cuda" and torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+    # bf16 on tensor cores needs sm_80; is_bf16_supported() alone also says yes on Volta/Turing
+    # (emulated, no tensor cores), so the capability decides
+    if device_type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 8:
         return torch.float16
     return torch.bfloat16
 

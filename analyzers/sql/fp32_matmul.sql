@@ -25,7 +25,7 @@ WITH k AS (
       -- (xmma kernels name their math types: f32f32_f32f32_f32 is FP32 math, f32f32_tf32f32_f32 TF32)
       AND (contains(name, 'sgemm') OR contains(name, 'scudnn') OR contains(name, '_simt_')
            OR contains(name, 'f32f32_f32f32_f32'))
-      AND NOT regexp_matches(lower(name), '(tensorop|tf32|hmma|wmma|bf16|f16|1688|16816|884)')
+      AND NOT regexp_matches(lower(name), '(tensorop|tf32|hmma|wmma|bf16|f16|fp16|half|1688|16816|884)')
 )
 SELECT k.rank, k.device, k.name, k.start_ns, k.end_ns, k.dur_ns,
        CASE WHEN k.start_ns < st.end_ns THEN st.step END AS step,
@@ -36,6 +36,7 @@ FROM k ASOF LEFT JOIN steps(run) st ON k.rank = st.rank AND k.start_ns >= st.sta
 -- fp32_matmul_by_rank(run): per rank, what the FP32 SIMT matmuls take.
 -- Columns:
 --   rank, kernels, fp32_ns (summed kernel time), compute_kernel_ns (all compute kernels, summed)
+--   tf32_kernels   compute kernels running FP32 data on TF32 tensor cores (TF32 is on)
 --   arch_prefixes  LIST of the architecture prefixes seen (see above)
 --   top_kernels    LIST of {name, calls, ns}, the 5 costliest names
 --   worst_step     the step with most FP32 matmul time; longest_start_ns / longest_end_ns: the
@@ -53,10 +54,13 @@ WITH k AS (
 ), worst AS (
     SELECT rank, arg_max(step, (ns, -step)) AS worst_step FROM per_step GROUP BY rank
 ), compute AS (
-    SELECT rank, sum(dur_ns) AS compute_kernel_ns
+    SELECT rank, sum(dur_ns) AS compute_kernel_ns,
+           -- FP32 data on TF32 tensor cores (xmma/cutlass names say tf32, cuBLAS's s1688/s16816 tensor ops)
+           count(*) FILTER (WHERE contains(name, 'tf32') OR regexp_matches(name, 'tensorop_s(1688|16816)')) AS tf32_kernels
     FROM gpu_activity(run) WHERE counted AND kind = 'kernel' AND category = 'compute' GROUP BY rank
 )
 SELECT k.rank, count(*) AS kernels, sum(k.dur_ns) AS fp32_ns, any_value(c.compute_kernel_ns) AS compute_kernel_ns,
+       any_value(c.tf32_kernels) AS tf32_kernels,
        list(DISTINCT k.arch_prefix) FILTER (WHERE k.arch_prefix IS NOT NULL) AS arch_prefixes,
        any_value(t.top_kernels) AS top_kernels, any_value(w.worst_step) AS worst_step,
        arg_max(k.start_ns, (k.dur_ns, -k.start_ns)) AS longest_start_ns,
