@@ -26,7 +26,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -35,9 +34,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from accel import registry
+from accel.benchmarks import BENCHMARKS, table_rows
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = Path(__file__).with_name("BENCHMARKS.md")
 SAMPLES = REPO / "sample_traces"
 SINGLE_GPU_EXCLUDED_NEEDS = {"multi_rank", "multi_gpu"}
 MAX_SAMPLE_BYTES = 4 << 20      # per trace file: sample_traces stays small enough to ship
@@ -101,10 +100,9 @@ def workloads(text: str | None = None) -> dict[str, str]:
     """fix id -> the workload cell of BENCHMARKS.md's GPU table (what the demo runs)."""
     text = BENCHMARKS.read_text() if text is None else text
     gpu = text.split("## GPU", 1)[1] if "## GPU" in text else ""
-    out = {}
-    for line in gpu.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 2 and re.fullmatch(r"[a-z0-9_]+", cells[0]) and cells[0] != "fix":
+    out: dict[str, str] = {}
+    for header, cells in table_rows(gpu):
+        if header[:2] == ["fix", "workload"] and len(cells) >= 2:
             out.setdefault(cells[0], cells[1])
     return out
 

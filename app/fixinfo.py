@@ -1,10 +1,9 @@
 """What the dashboard shows about a fix: the registry entry and the gain measured in accel/BENCHMARKS.md."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "accel" / "BENCHMARKS.md"
+from accel.benchmarks import BENCHMARKS, table_rows
 
 
 def fix_details(fix_id: str) -> dict[str, Any]:
@@ -22,22 +21,6 @@ def fix_details(fix_id: str) -> dict[str, Any]:
             "needs": list(fix.needs), "demo": fix.demo}
 
 
-def _table_rows(text: str) -> list[tuple[list[str], list[str]]]:
-    """(header, row) pairs of every Markdown table row in text."""
-    pairs, header = [], None
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("|"):
-            header = None
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if header is None:
-            header = cells
-        elif not all(set(c) <= set("-: ") for c in cells):
-            pairs.append((header, cells))
-    return pairs
-
-
 def measured_gain(fix_id: str, text: str | None = None) -> list[dict[str, str]]:
     """Rows of BENCHMARKS.md tables that name this fix id (header -> cell), [] when none."""
     if text is None:
@@ -45,5 +28,5 @@ def measured_gain(fix_id: str, text: str | None = None) -> list[dict[str, str]]:
             text = BENCHMARKS.read_text()
         except OSError:
             return []
-    return [dict(zip(header, cells)) for header, cells in _table_rows(text)
+    return [dict(zip(header, cells)) for header, cells in table_rows(text)
             if any(c.strip("`* ") == fix_id for c in cells)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from analysis_support import hand_written_store
-from analyzers.analyses.fp32_matmul import short_name, tf32_capable
+from analyzers.analyses.fp32_matmul import short_name, tensor_cores, tf32_capable
 from analyzers.findings import run_analyses
 from test_launch_gap import US, ev, launch
 
@@ -73,7 +73,7 @@ def test_finding_costs_the_fp32_time_at_tensor_core_speed(syn):
     (None, ["turing"], False), (None, ["sm75"], False), (None, [], None), (None, ["volta", "ampere"], True),
 ])
 def test_tf32_capability_from_the_gpu_name_else_the_kernel_prefix(device, prefixes, expected):
-    assert tf32_capable([device], prefixes) is expected
+    assert tf32_capable(tensor_cores(device, None, prefixes)) is expected
 
 
 def test_short_names():
@@ -116,7 +116,6 @@ def test_tensor_core_trace_reports_only_its_few_small_fp32_gemms(shared_traces):
     ("AMD Instinct MI250X / MI250", 9, [], None), (None, None, ["pascal"], "none"), (None, None, [], None),
 ])
 def test_tensor_core_generation(device, major, prefixes, expected):
-    from analyzers.analyses.fp32_matmul import tensor_cores
     assert tensor_cores(device, major, prefixes) == expected
 
 

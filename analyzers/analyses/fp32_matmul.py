@@ -77,9 +77,8 @@ def tensor_cores(device_name: str | None, compute_major: int | None, arch_prefix
     return level
 
 
-def tf32_capable(device_names: list[str | None], arch_prefixes: list[str]) -> bool | None:
-    """True on Ampere or newer, False on older GPUs, None when the trace does not say."""
-    level = tensor_cores(device_names[0] if device_names else None, None, arch_prefixes)
+def tf32_capable(level: str | None) -> bool | None:
+    """The `tf32_capable` metric from a tensor_cores() level: None when unknown."""
     return None if level is None else level == "tf32"
 
 
@@ -105,7 +104,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
             ctx.notes.append(f"Rank {rank} runs {to_ms(fp32_ns):,.2f} ms per step of FP32 matrix multiplies on a GPU "
                              "without tensor cores (before Volta): no tensor-core saving to report.")
             continue
-        capable = None if level is None else level == "tf32"
+        capable = tf32_capable(level)
         tf32_in_use = bool(row["tf32_kernels"])
         top = [{"name": k["name"], "calls_per_step": rounded(k["calls"] / per_step, 2),
                 "ms_per_step": to_ms(k["ns"] / per_step)} for k in row["top_kernels"] or []]
