@@ -7,6 +7,7 @@
 Traces are built in bench/data/ (gitignored) by replicating the events of
 ../shared/traces/nccl_allreduce_with_sizes.json.gz with shifted timestamps, keeping its head
 (schemaVersion, deviceProperties, distributedInfo) and tail (INFO logs, traceName, baseTime).
+`*-gz` inputs are those files gzipped (isal level 3; the JSON MB/s column counts inflated bytes).
 Each measurement runs in a fresh child process; its peak RSS comes from os.wait4 on that child.
 """
 from __future__ import annotations
@@ -33,6 +34,9 @@ SIZES = {  # name: (ranks, bytes per rank)
     # the same events on an epoch clock with decimals ("ts": 1716458676522690.655), as recent
     # PyTorch writes them: float64 cannot hold these to the ns, so they take the text path
     "1gb-epoch": (1, 1 << 30),
+    # the 100mb / 1gb files gzipped (isal level 3), the way traces are usually uploaded
+    "100mb-gz": (1, 100 << 20),
+    "1gb-gz": (1, 1 << 30),
 }
 SHIFT_US = 20_000_000       # each copy of the source events starts 20 s after the previous one
 EPOCH_US = 1_712_000_000_000_000   # added to the source's relative clock for the *-epoch inputs
@@ -51,6 +55,8 @@ def generate(name: str) -> Path:
     done = folder / ".complete"
     if done.exists():
         return folder
+    if name.endswith("-gz"):
+        return _gzipped(generate(name[:-len("-gz")]), folder)
     folder.mkdir(parents=True, exist_ok=True)
     head, body, tail = _split_source()
     ts = re.compile(rb'("ts": )(\d+)')
@@ -70,6 +76,23 @@ def generate(name: str) -> Path:
             out.write(b"\n" + tail)
     done.write_text("ok")
     return folder
+
+
+def _gzipped(plain: Path, folder: Path) -> Path:
+    from isal import igzip
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in sorted(plain.glob("*.json")):
+        with open(path, "rb") as src, igzip.open(folder / (path.name + ".gz"), "wb", compresslevel=3) as out:
+            while chunk := src.read(8 << 20):
+                out.write(chunk)
+    (folder / ".complete").write_text("ok")
+    return folder
+
+
+def json_mb(name: str) -> float:
+    """MB of JSON text in an input (for a gzipped one, once inflated)."""
+    folder = DATA / (name[:-len("-gz")] if name.endswith("-gz") else name)
+    return sum(p.stat().st_size for p in folder.glob("*.json")) / 1e6
 
 
 def _child(kind: str, folder: str, memory_limit: str | None) -> dict:
@@ -136,7 +159,7 @@ def main(argv=None) -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in sizes:
         folder = generate(name)
-        mb = sum(p.stat().st_size for p in folder.glob("*.json")) / 1e6
+        mb = json_mb(name)
         ours = measure("tracedoctor" if args.store == "file" else "tracedoctor-memory", folder,
                        args.memory_limit or None)
         rows = [(f"TraceDoctor ({args.store} store)", ours)]
@@ -150,7 +173,9 @@ def main(argv=None) -> None:
                 vs = f"| {hta['seconds'] / r['seconds']:.0f}x faster | {r['peak_rss_mib'] / hta['peak_rss_mib']:.2f}x "
             else:
                 vs = "| | "
-            print(f"| {name} ({mb:.0f} MB) | {loader} | {r['seconds']:.2f} | {mb / r['seconds']:.0f} | "
+            label = f"{mb:.0f} MB" + (f" JSON, {sum(p.stat().st_size for p in folder.glob('*.gz')) / 1e6:.0f} MB gz"
+                                      if name.endswith("-gz") else "")
+            print(f"| {name} ({label}) | {loader} | {r['seconds']:.2f} | {mb / r['seconds']:.0f} | "
                   f"{r['events'] / r['seconds']:,.0f} | {r['peak_rss_mib']:.0f} | {r['cpu_s']:.1f} {vs}|", flush=True)
 
 

@@ -131,7 +131,8 @@ def test_epoch_timestamps_round_to_the_ns_whatever_the_decimals(con, tmp_path):
 ])
 def test_timestamp_path_predicted_from_the_head(tmp_path, ts, expected):
     path = write(tmp_path / "t.json", trace_text([event(ts="5"), event(ts=ts)]))
-    assert ingest_parse.predict_exact(str(path), scan_layout(path)) is expected
+    layout = scan_layout(path)
+    assert ingest_parse.predict_exact(str(path), layout.events_start, layout.body_bytes) is expected
 
 
 def test_relative_timestamps_exact_on_float_path(con, tmp_path, monkeypatch):

@@ -5,8 +5,8 @@
 paths: str/Path or a list of them: .json, .json.gz, .zip or .tar.gz of rank files, or a
 directory (searched recursively for *.json / *.json.gz). One call is one run. The event arrays
 are parsed by DuckDB itself from byte ranges of the files (never as Python objects); gzip and
-archive members are inflated to a private temp directory ($TRACEDOCTOR_TMPDIR, else the system
-temp dir) under the caps in `Limits`. progress(stage, file, fraction) is called with stages
+archive members are inflated straight into such ranges in a private temp directory
+($TRACEDOCTOR_TMPDIR, else the system temp dir) under the caps in `Limits`. progress(stage, file, fraction) is called with stages
 "reading", "parsing", "writing". Identical files ingested again return the stored run with
 reused=True.
 """

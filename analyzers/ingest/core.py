@@ -1,7 +1,7 @@
 """ingest_paths: rank files → one run in the store, in one transaction, or nothing at all.
 
-Steps: sources (inputs → plain JSON files + content hashes) → layout (where the event list is, the
-metadata around it) → ranks → reuse check on the content hash → one transaction that parses
+Steps: sources (inputs → plain JSON files, or for inflated ones ready parse ranges, + content
+hashes) → layout (where the event list is, the metadata around it) → ranks → reuse check on the content hash → one transaction that parses
 every rank's events (parse.py), writes the ranks rows and the run row. A file DuckDB refuses
 is retried the cheaper ways first (lenient typing, one range), else reported and the
 transaction redone without it, so good files of the same call still load.
@@ -23,8 +23,8 @@ import duckdb
 
 from ..model import FileError, IngestResult
 from .layout import Layout, LayoutError, scan_layout
-from .parse import (delete_dropped, delete_rank, insert_events, needs_exact, predict_exact, rank_counts,
-                    remove_parts, write_parts)
+from .parse import (delete_dropped, delete_rank, insert_events, join_parts, needs_exact, part_counts, predict_exact,
+                    rank_counts, remove_parts, write_parts)
 from .ranks import assign_ranks, rank_columns, world_size
 from .sources import Limits, RankFile, collect
 
@@ -70,12 +70,12 @@ def ingest_paths(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
 
 
 def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
-    files, errors = collect(paths, tmpdir, limits, progress)
+    files, errors = collect(paths, tmpdir, limits, progress, threads=_threads(con))
     warnings: list[FileError] = []
     scanned: list[tuple[RankFile, Layout]] = []
     for source in files:
         try:
-            layout = scan_layout(source.path)
+            layout = source.layout or scan_layout(source.path)
         except LayoutError as exc:
             errors.append(FileError(source.display, str(exc)))
             continue
@@ -93,7 +93,10 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
                    key=lambda item: item.rank)
     for item in items:
         try:
-            item.exact = predict_exact(item.source.path, item.layout)
+            if item.source.parts:     # the event list starts at the first range's own '['
+                item.exact = predict_exact(item.source.parts[0], 0, item.layout.body_bytes)
+            else:
+                item.exact = predict_exact(item.source.path, item.layout.events_start, item.layout.body_bytes)
         except OSError:
             pass    # the parse reports an unreadable file
     run_name = name or default_name(paths)
@@ -264,41 +267,32 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
 
 def _parse(con: duckdb.DuckDBPyConnection, run_id: str, items: list[_RankInput], tmpdir: str, limits: Limits,
            threads: int, exact: bool, blame: _RankInput | None) -> None:
-    """Cut each file into ranges (enough to keep every thread busy) and parse them in one statement."""
-    rank_parts: list[tuple[int, list[str]]] = []
+    """Parse the ranges of each file in one statement: ranges cut as the file was inflated, else
+    cut now (enough to keep every thread busy). The ranges made here are removed afterwards."""
+    made: list[str] = []
     try:
-        wanted = part_counts([None if item.single_range else item.layout.body_bytes for item in items],
+        to_cut = [item for item in items if not item.source.parts]
+        wanted = part_counts([None if item.single_range else item.layout.body_bytes for item in to_cut],
                              threads, limits.part_bytes)
-        part_lists = write_parts([(item.source.path, item.layout, n) for item, n in zip(items, wanted)],
-                                 tmpdir, threads)
-        for item, parts in zip(items, part_lists):
+        cut = write_parts([(item.source.path, item.layout, n) for item, n in zip(to_cut, wanted)], tmpdir, threads)
+        made += [part for parts in cut for part in parts]
+        cut_parts = dict(zip(map(id, to_cut), cut))
+        rank_parts: list[tuple[int, list[str]]] = []
+        for item in items:
+            if not item.source.parts:
+                parts = cut_parts[id(item)]
+            elif item.single_range and len(item.source.parts) > 1:
+                parts = [join_parts(list(item.source.parts), tmpdir)]
+                made += parts
+            else:
+                parts = list(item.source.parts)
             item.part_count = len(parts)
             rank_parts.append((item.rank, parts))
         insert_events(con, run_id, rank_parts, exact=exact, lenient=blame is not None and blame.lenient)
     except duckdb.Error as exc:
         raise _ParseFailure(blame, _plain_duckdb_error(exc), str(exc)) from None
     finally:
-        for _, parts in rank_parts:
-            remove_parts(parts)
-
-
-def part_counts(sizes: list[int | None], threads: int, part_bytes: int) -> list[int]:
-    """How many ranges to cut each file into: ranges of about equal size, at most part_bytes, and
-    a multiple of `threads` in all (None: the file is read as one range).
-
-    DuckDB hands each range to the next free thread, so with 5 equal ranges on 2 threads the last
-    one runs alone: 1 GB in 5 ranges parsed in 4.45 s, in 4 or 6 ranges in 3.8 s.
-    """
-    sizes_known = [s for s in sizes if s is not None]
-    total = sum(sizes_known)
-    rounds = max(1, -(-total // max(1, threads * part_bytes)))
-    target = max(1.0, total / (rounds * threads))
-    counts = [1 if s is None else max(1, round(s / target)) for s in sizes]
-    splittable = [i for i, s in enumerate(sizes) if s is not None]
-    while splittable and sum(counts) % threads:
-        biggest = max(splittable, key=lambda i: sizes[i] / counts[i])   # the largest ranges get cut
-        counts[biggest] += 1
-    return counts
+        remove_parts(made)
 
 
 def default_name(paths: list) -> str:

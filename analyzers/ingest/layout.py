@@ -74,20 +74,36 @@ def scan_layout(path: str | os.PathLike) -> Layout:
     if size == 0:
         raise LayoutError("the file is empty")
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        bom = 3 if mm[:3] == b"\xef\xbb\xbf" else 0    # a UTF-8 byte-order mark some editors add
-        first = _skip_ws(_read(mm, 0, min(size, 4096)), bom)
-        if first >= min(size, 4096):
-            raise LayoutError("the file holds only whitespace, not JSON")
-        opener = chr(mm[first])
-        if opener == "[":
+        start, meta, bare = scan_head(mm, size)
+        if bare:
             # Chrome's "JSON array format": the file is the event list itself.
             end = _last_non_ws(mm, size)
             if chr(mm[end]) != "]":
                 raise LayoutError("the JSON is truncated or malformed (the event list is not closed)")
-            return Layout(size, first, end, {})
-        if opener != "{":
-            raise LayoutError("this is not JSON (it does not start with '{' or '[')")
-        return _scan_object(mm, size, first)
+            return Layout(size, start, end, {})
+        end, tail_meta = _find_events_end(mm, size, start)
+        meta.update(tail_meta)
+        return Layout(size, start, end, meta)
+
+
+def scan_head(buf, size: int, complete: bool = True) -> tuple[int, dict[str, Any], bool]:
+    """Where the event list opens: (offset of its '[', the top-level keys before it, whether the
+    file is a bare event array). Raises LayoutError.
+
+    buf (bytes-like, or an mmap) holds the first `size` bytes of the file; complete=False says
+    they are only its start (a stream still being inflated): then a value that reaches the end
+    of buf is not trusted, and a LayoutError may only mean that more text is needed.
+    """
+    bom = 3 if bytes(buf[:3]) == b"\xef\xbb\xbf" else 0    # a UTF-8 byte-order mark some editors add
+    first = _skip_ws(_read(buf, 0, min(size, 4096)), bom)
+    if first >= min(size, 4096):
+        raise LayoutError("the file holds only whitespace, not JSON")
+    opener = chr(buf[first])
+    if opener == "[":
+        return first, {}, True
+    if opener != "{":
+        raise LayoutError("this is not JSON (it does not start with '{' or '[')")
+    return (*_scan_object_head(buf, size, first, complete), False)
 
 
 def _last_non_ws(mm: mmap.mmap, size: int) -> int:
@@ -97,14 +113,29 @@ def _last_non_ws(mm: mmap.mmap, size: int) -> int:
     return pos
 
 
-def _scan_object(mm: mmap.mmap, size: int, brace: int) -> Layout:
+def _scan_object_head(buf, size: int, brace: int, complete: bool) -> tuple[int, dict[str, Any]]:
     meta: dict[str, Any] = {}
     window = min(size, HEAD_WINDOW)
-    text = _read(mm, 0, window)
+    text = _read(buf, 0, window)
     pos = brace + 1
+
+    def grow() -> bool:
+        """Read a 4x larger window; False when the whole of buf is read already."""
+        nonlocal window, text
+        if window >= size:
+            return False
+        if window >= MAX_META_BYTES:
+            raise LayoutError("a top-level value other than traceEvents is larger than "
+                              f"{MAX_META_BYTES >> 20} MiB; this does not look like a trace")
+        window = min(size, window * 4)
+        text = _read(buf, 0, window)
+        return True
+
     while True:
         pos = _skip_ws(text, pos)
         if pos >= len(text):
+            if grow():      # several long values before traceEvents: the window ends between keys
+                continue
             raise LayoutError("the JSON is truncated (the top-level object never closes)")
         ch = text[pos]
         if ch == "}":
@@ -126,25 +157,18 @@ def _scan_object(mm: mmap.mmap, size: int, brace: int) -> Layout:
         pos = _skip_ws(text, pos + 1)
         if key == "traceEvents" and pos < len(text) and text[pos] == "[":
             meta.pop("traceEvents", None)
-            end, tail_meta = _find_events_end(mm, size, pos)
-            meta.update(tail_meta)
-            return Layout(size, pos, end, meta)
+            return pos, meta
         # A metadata value: decode it, growing the window if it is long.
         while True:
             try:
                 value, stop = _DECODER.raw_decode(text, pos)
-                if stop >= len(text) and window < size:
+                if stop >= len(text) and (window < size or not complete):
                     raise json.JSONDecodeError("window", text, stop)  # a number may continue
                 break
             except json.JSONDecodeError:
-                if window >= size:
+                if not grow():
                     raise LayoutError("the JSON is truncated or malformed (a top-level value never ends)") from None
-                if window >= MAX_META_BYTES:
-                    raise LayoutError("a top-level value other than traceEvents is larger than "
-                                      f"{MAX_META_BYTES >> 20} MiB; this does not look like a trace") from None
-                window = min(size, window * 4)
-                text = _read(mm, 0, window)
-        meta[_utf8_key(key)] = _decode_value(mm[pos:stop])
+        meta[_utf8_key(key)] = _decode_value(buf[pos:stop])
         pos = stop
 
 

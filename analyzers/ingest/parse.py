@@ -71,14 +71,14 @@ def events_sql(exact: bool, lenient: bool) -> str:
     return EVENTS_SQL.replace("<source>", source).replace("<ts_ns>", _TS_EXACT if exact else _TS_FLOAT)
 
 
-def predict_exact(path: str, layout: Layout) -> bool:
-    """True when the first SAMPLE_BYTES of the event list hold a timestamp float64 cannot keep
-    to the ns (>= 2^43 µs with a non-zero fraction)."""
+def predict_exact(path: str, events_start: int, body_bytes: int) -> bool:
+    """True when the first SAMPLE_BYTES of the event list (its '[' at events_start in path) hold a
+    timestamp float64 cannot keep to the ns (>= 2^43 µs with a non-zero fraction)."""
     if SAMPLE_BYTES <= 0:
         return False
     with open(path, "rb") as fh:
-        fh.seek(layout.events_start)
-        sample = fh.read(min(SAMPLE_BYTES, layout.body_bytes + 1))
+        fh.seek(events_start)
+        sample = fh.read(min(SAMPLE_BYTES, body_bytes + 1))
     return any(int(m.group(1)) >= FLOAT_EXACT_LIMIT_NS // 1000 for m in _FRACTIONAL_TS.finditer(sample))
 
 
@@ -116,6 +116,50 @@ def write_parts(files: list[tuple[str, Layout, int]], tmpdir: str, workers: int)
         remove_parts(made)
         raise
     return out
+
+
+def part_counts(sizes: list[int | None], threads: int, part_bytes: int) -> list[int]:
+    """How many ranges to cut each file into: ranges of about equal size, at most part_bytes, and
+    a multiple of `threads` in all (None: the file is read as one range).
+
+    DuckDB hands each range to the next free thread, so with 5 equal ranges on 2 threads the last
+    one runs alone: 1 GB in 5 ranges parsed in 4.45 s, in 4 or 6 ranges in 3.8 s.
+    """
+    sizes_known = [s for s in sizes if s is not None]
+    total = sum(sizes_known)
+    rounds = max(1, -(-total // max(1, threads * part_bytes)))
+    target = max(1.0, total / (rounds * threads))
+    counts = [1 if s is None else max(1, round(s / target)) for s in sizes]
+    splittable = [i for i, s in enumerate(sizes) if s is not None]
+    while splittable and sum(counts) % threads:
+        biggest = max(splittable, key=lambda i: sizes[i] / counts[i])   # the largest ranges get cut
+        counts[biggest] += 1
+    return counts
+
+
+def join_parts(parts: list[str], tmpdir: str) -> str:
+    """One '[...]' file holding the events of several range files, in order (the retry that
+    reads a file as one range when its ranges were cut as it was inflated)."""
+    fd, joined = tempfile.mkstemp(dir=tmpdir, suffix=".part.json")
+    try:
+        with os.fdopen(fd, "wb") as dst:
+            dst.write(b"[")
+            first = True
+            for part in parts:
+                size = os.path.getsize(part)
+                if size <= 2:
+                    continue                    # "[]": an empty list
+                if not first:
+                    dst.write(b",")
+                first = False
+                dst.flush()
+                with open(part, "rb") as src:
+                    _copy_range(src.fileno(), dst.fileno(), 1, size - 2)   # inside its brackets
+            dst.write(b"]")
+    except BaseException:
+        remove_parts([joined])
+        raise
+    return joined
 
 
 def remove_parts(parts: list[str]) -> None:

@@ -4,7 +4,8 @@ Compressed data is inflated into our own temp directory under caps checked WHILE
 (a bomb is stopped at the cap, never written in full). Archive members are never extracted by
 their own name: each is streamed into a temp file we name, so `../` or absolute member paths and
 symlink members cannot write anywhere (they are refused all the same, with an error naming them).
-The BLAKE3 hash of each file's JSON text is computed on the way, for run identity.
+The BLAKE3 hash of each file's JSON text is computed on the way, for run identity. Inflated
+text goes straight into parse ranges (stream_split.py), so it is written once.
 """
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import mmap
 import os
 import stat
 import tarfile
-import tempfile
 import threading
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +24,9 @@ import blake3
 from isal import igzip
 
 from ..model import FileError
+from .layout import Layout
+from .parse import part_counts
+from .stream_split import RangeSplitter, SplitTrace
 
 CHUNK = 8 << 20
 HASH_CHUNK = 32 << 20   # big enough for blake3 to spread one update over all cores
@@ -44,7 +47,7 @@ class Limits:
       (the shared traces: 13x-26x); gzip's own ceiling is ~1030x, so 200x leaves real traces
       a wide margin and stops a bomb after ratio_floor or 200x its size, whichever is larger.
     - part_bytes: the largest parse range; files are cut into ranges of about equal size, a
-      multiple of the thread count in all (core.part_counts). DuckDB's JSON reader holds about
+      multiple of the thread count in all (parse.part_counts). DuckDB's JSON reader holds about
       a range per thread in memory: at 1 GB, 16 MiB ranges peaked at 383-399 MiB against
       438-473 MiB with 32-256 MiB ones, as fast; 4 MiB ranges cost 5% more CPU and 721 MiB.
     """
@@ -58,10 +61,28 @@ class Limits:
 class RankFile:
     display: str          # name used in errors: "dir/rank0.json" or "runs.zip:rank0.json"
     member: str           # the file's own name (zip member or base name), for ranks.file_name
-    path: str             # plain JSON on disk (the user's file, or our inflated temp copy)
+    path: str | None      # plain JSON on disk (the user's file, or our inflated temp copy); None
+                          # when the text was inflated straight into parse ranges (parts)
     content_hash: str     # BLAKE3 of the JSON text, hex
     size: int
-    owned: bool           # True when path is our temp file
+    owned: bool           # True when path/parts are our temp files
+    layout: Layout | None = None   # known already when the text was split as it was inflated
+    parts: tuple[str, ...] = ()    # its '[...]' parse ranges, in order
+
+
+@dataclass
+class _Reading:
+    """What every input of one collect() call shares."""
+    tmpdir: str
+    budget: "_Budget"
+    threads: int      # the parser's threads: inflated text is cut into a multiple of them
+
+
+def _inflated(display: str, member: str, result: SplitTrace | str, digest: str, size: int) -> RankFile:
+    if isinstance(result, SplitTrace):
+        return RankFile(display, member, None, digest, size, owned=True, layout=result.layout,
+                        parts=tuple(result.parts))
+    return RankFile(display, member, result, digest, size, owned=True)
 
 
 class InputError(Exception):
@@ -126,41 +147,62 @@ def _hash_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _inflate_to_temp(stream: IO[bytes], display: str, compressed_size: int, tmpdir: str,
-                     budget: _Budget, gzip_inside: bool) -> tuple[str, str, int]:
-    """Copy a (decompressing) stream into a temp file, hashing, under the caps."""
-    limits = budget.limits
+def _inflate_to_temp(stream: IO[bytes], display: str, compressed_size: int, reading: _Reading,
+                     gzip_inside: bool, size_hint: int | None = None) -> tuple[SplitTrace | str, str, int]:
+    """Inflate a (decompressing) stream into parse ranges (or one plain file), hashing, under the caps.
+
+    size_hint: the inflated size when the container says it (zip, tar, gzip's trailer): the
+    ranges are then sized so that their number is a multiple of the parser's threads.
+    """
+    limits = reading.budget.limits
     per_file_cap = max(limits.ratio_floor, int(limits.max_ratio * max(compressed_size, 1)))
-    digest = blake3.blake3()
-    fd, out_path = _mkstemp(tmpdir)
+    digest = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    splitter = RangeSplitter(reading.tmpdir, _range_bytes(size_hint, reading.threads, limits.part_bytes))
     written = 0
     source: IO[bytes] = igzip.GzipFile(fileobj=stream, mode="rb") if gzip_inside else stream
     try:
-        with os.fdopen(fd, "wb") as out:
-            while True:
-                try:
-                    chunk = source.read(CHUNK)
-                except EOFError:
-                    raise InputError(display, "the gzip data is truncated (the file ends before the "
-                                              "compressed stream does)") from None
-                except Exception as exc:  # noqa: BLE001 - zlib, isal, zipfile and tarfile each raise their own
-                    raise InputError(display, f"the compressed data is corrupt ({_plain(exc)})") from None
-                if not chunk:
-                    break
-                written += len(chunk)
-                if written > per_file_cap:
-                    raise InputError(display, f"refused: it inflates to more than {human_bytes(per_file_cap)}, "
-                                              f"over {limits.max_ratio:.0f}x its compressed size "
-                                              "(a decompression bomb?)")
-                if not budget.take(len(chunk)):
-                    raise InputError(display, "refused: the inputs inflate to more than "
-                                              f"{human_bytes(limits.max_total_bytes)} in all")
-                digest.update(chunk)
-                out.write(chunk)
+        while True:
+            try:
+                chunk = source.read(CHUNK)
+            except EOFError:
+                raise InputError(display, "the gzip data is truncated (the file ends before the "
+                                          "compressed stream does)") from None
+            except Exception as exc:  # noqa: BLE001 - zlib, isal, zipfile and tarfile each raise their own
+                raise InputError(display, f"the compressed data is corrupt ({_plain(exc)})") from None
+            if not chunk:
+                break
+            written += len(chunk)
+            if written > per_file_cap:
+                raise InputError(display, f"refused: it inflates to more than {human_bytes(per_file_cap)}, "
+                                          f"over {limits.max_ratio:.0f}x its compressed size "
+                                          "(a decompression bomb?)")
+            if not reading.budget.take(len(chunk)):
+                raise InputError(display, "refused: the inputs inflate to more than "
+                                          f"{human_bytes(limits.max_total_bytes)} in all")
+            digest.update(chunk)
+            splitter.feed(chunk)
+        result = splitter.finish()
     except BaseException:
-        os.unlink(out_path)
+        splitter.abort()
         raise
-    return out_path, digest.hexdigest(), written
+    return result, digest.hexdigest(), written
+
+
+def _range_bytes(size_hint: int | None, threads: int, part_bytes: int) -> int:
+    if not size_hint or size_hint <= 0:
+        return part_bytes
+    return max(1, -(-size_hint // part_counts([size_hint], max(1, threads), part_bytes)[0]))
+
+
+def _gzip_size_hint(path: Path, compressed_size: int) -> int | None:
+    """The inflated size from a gzip file's trailer (ISIZE: the size mod 4 GiB, of its last
+    member); None where it cannot be right (smaller than the compressed data: > 4 GiB inflated)."""
+    if compressed_size < 18:
+        return None
+    with open(path, "rb") as fh:
+        fh.seek(-4, os.SEEK_END)
+        size = int.from_bytes(fh.read(4), "little")
+    return size if size >= compressed_size else None
 
 
 def human_bytes(n: int) -> str:
@@ -168,10 +210,6 @@ def human_bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n} bytes"
-
-
-def _mkstemp(tmpdir: str) -> tuple[int, str]:
-    return tempfile.mkstemp(dir=tmpdir, suffix=".json")
 
 
 def _plain(exc: BaseException) -> str:
@@ -195,10 +233,12 @@ def _plain_file(path: Path, display: str, budget: _Budget) -> RankFile:
     return RankFile(display, path.name, str(path), _hash_file(path), size, owned=False)
 
 
-def _gzip_file(path: Path, display: str, tmpdir: str, budget: _Budget) -> RankFile:
+def _gzip_file(path: Path, display: str, reading: _Reading) -> RankFile:
+    compressed = path.stat().st_size
     with open(path, "rb") as raw:
-        out, digest, size = _inflate_to_temp(raw, display, path.stat().st_size, tmpdir, budget, gzip_inside=True)
-    return RankFile(display, _strip_gz(path.name), out, digest, size, owned=True)
+        out, digest, size = _inflate_to_temp(raw, display, compressed, reading, gzip_inside=True,
+                                             size_hint=_gzip_size_hint(path, compressed))
+    return _inflated(display, _strip_gz(path.name), out, digest, size)
 
 
 def _strip_gz(name: str) -> str:
@@ -214,7 +254,7 @@ def _member_problem(name: str) -> str | None:
     return None
 
 
-def _zip_members(path: Path, display: str, tmpdir: str, budget: _Budget,
+def _zip_members(path: Path, display: str, reading: _Reading,
                  files: list[RankFile], errors: list[FileError]) -> None:
     try:
         zf = zipfile.ZipFile(path)
@@ -238,19 +278,20 @@ def _zip_members(path: Path, display: str, tmpdir: str, budget: _Budget,
                 errors.append(FileError(shown, problem))
                 continue
             try:
+                gzip_inside = name.lower().endswith(".gz")
                 with zf.open(info) as member:
-                    out, digest, size = _inflate_to_temp(member, shown, info.compress_size, tmpdir, budget,
-                                                      gzip_inside=name.lower().endswith(".gz"))
+                    out, digest, size = _inflate_to_temp(member, shown, info.compress_size, reading, gzip_inside,
+                                                         size_hint=None if gzip_inside else info.file_size)
             except InputError as exc:
                 errors.append(FileError(exc.display, exc.message))
                 continue
             except (zipfile.BadZipFile, OSError, NotImplementedError, RuntimeError) as exc:
                 errors.append(FileError(shown, f"could not read this zip member ({_plain(exc)})"))
                 continue
-            files.append(RankFile(shown, PurePosixPath(_strip_gz(name)).name, out, digest, size, owned=True))
+            files.append(_inflated(shown, PurePosixPath(_strip_gz(name)).name, out, digest, size))
 
 
-def _tar_members(path: Path, display: str, tmpdir: str, budget: _Budget,
+def _tar_members(path: Path, display: str, reading: _Reading,
                  files: list[RankFile], errors: list[FileError]) -> None:
     compressed_total = path.stat().st_size
     try:
@@ -282,37 +323,40 @@ def _tar_members(path: Path, display: str, tmpdir: str, budget: _Budget,
                 try:
                     # The ratio is judged against the whole archive's compressed size: tar
                     # members carry no compressed size of their own.
-                    out, digest, size = _inflate_to_temp(member, shown, compressed_total, tmpdir, budget,
-                                                      gzip_inside=name.lower().endswith(".gz"))
+                    gzip_inside = name.lower().endswith(".gz")
+                    out, digest, size = _inflate_to_temp(member, shown, compressed_total, reading, gzip_inside,
+                                                         size_hint=None if gzip_inside else info.size)
                 except InputError as exc:
                     errors.append(FileError(exc.display, exc.message))
                     continue
-                files.append(RankFile(shown, PurePosixPath(_strip_gz(name)).name, out, digest, size, owned=True))
+                files.append(_inflated(shown, PurePosixPath(_strip_gz(name)).name, out, digest, size))
     except (tarfile.TarError, OSError, EOFError) as exc:
         errors.append(FileError(display, f"the tar archive is truncated or corrupt ({_plain(exc)})"))
 
 
-def _one_file(path: Path, display: str, tmpdir: str, budget: _Budget,
+def _one_file(path: Path, display: str, reading: _Reading,
               files: list[RankFile], errors: list[FileError]) -> None:
     magic = _peek(path)
     lower = path.name.lower()
     if magic.startswith(ZIP_MAGIC) or (lower.endswith(".zip") and not magic.startswith(GZIP_MAGIC)):
-        _zip_members(path, display, tmpdir, budget, files, errors)
+        _zip_members(path, display, reading, files, errors)
     elif magic.startswith(GZIP_MAGIC):
         if lower.endswith((".tar.gz", ".tgz")) or _gz_holds_tar(path):
-            _tar_members(path, display, tmpdir, budget, files, errors)
+            _tar_members(path, display, reading, files, errors)
         else:
-            files.append(_gzip_file(path, display, tmpdir, budget))
+            files.append(_gzip_file(path, display, reading))
     elif lower.endswith(".tar"):
-        _tar_members(path, display, tmpdir, budget, files, errors)
+        _tar_members(path, display, reading, files, errors)
     else:
-        files.append(_plain_file(path, display, budget))
+        files.append(_plain_file(path, display, reading.budget))
 
 
 def collect(paths: list, tmpdir: str, limits: Limits,
-            progress: Callable[[str, str, float], None] | None = None) -> tuple[list[RankFile], list[FileError]]:
-    """Every rank file the inputs hold, as plain JSON on disk, plus the inputs that failed."""
-    budget = _Budget(limits)
+            progress: Callable[[str, str, float], None] | None = None,
+            threads: int = 1) -> tuple[list[RankFile], list[FileError]]:
+    """Every rank file the inputs hold, as plain JSON on disk or (inflated ones) as parse ranges
+    for `threads` parser threads, plus the inputs that failed."""
+    reading = _Reading(tmpdir, _Budget(limits), threads)
     files: list[RankFile] = []
     errors: list[FileError] = []
     todo: list[tuple[Path, str]] = []
@@ -334,7 +378,7 @@ def collect(paths: list, tmpdir: str, limits: Limits,
         found: list[RankFile] = []
         failed: list[FileError] = []
         try:
-            _one_file(path, display, tmpdir, budget, found, failed)
+            _one_file(path, display, reading, found, failed)
         except InputError as exc:
             failed.append(FileError(exc.display, exc.message))
         except OSError as exc:

@@ -1,0 +1,193 @@
+"""Inflated traces cut into parse ranges as they stream (analyzers/ingest/stream_split.py).
+
+The splitter must give what the plain path gives for the same text: the same layout (offsets and
+metadata), ranges that together hold exactly the event list, and through ingest the same rows and
+the same error messages; anything it cannot split comes back whole as one plain file.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pytest
+
+from analyzers.ingest import Limits, ingest_paths
+from analyzers.ingest import core as ingest_core
+from analyzers.ingest import stream_split
+from analyzers.ingest.layout import LayoutError, scan_layout
+from analyzers.ingest.sources import _range_bytes
+from analyzers.store import connect
+from test_ingest_support import event, mixed_events, trace_text, write, write_tar_gz, write_zip
+
+NESTED_ARGS = {"Input Dims": [[1, 2]], "nested": [{"a": 1}, {"b": [{}, {}]}], "text": "}, {\"ph\": 1}"}
+
+
+def many_events(n: int) -> list[str]:
+    return [event(ts=str(1000 + i), args=dict(NESTED_ARGS, **{"External id": i})) for i in range(n)]
+
+
+SHAPES = {
+    "meta_before": trace_text(many_events(400), {"schemaVersion": 1, "deviceProperties": [{"name": "A100"}]}),
+    "events_first": trace_text(many_events(400), events_first=True),
+    "meta_after": trace_text(many_events(400), meta_after={"traceName": "x", "baseTimeNanoseconds": 17,
+                                                           "displayTimeUnit": "ms"}),
+    "bare_array": "[\n" + ",\n".join(many_events(400)) + "\n]\n",
+    "empty_list": trace_text([]),
+    "one_event": trace_text([event()]),
+    "bom_and_utf8": "\ufeff" + trace_text(many_events(50), {"schemaVersion": 1, "note": "größe µs"}),
+    "long_meta_after": trace_text(many_events(50), meta_after={"big": ["x" * 100] * 3000}),
+}
+
+
+def split(text: str, part_bytes: int, chunk: int, tmp_path) -> stream_split.SplitTrace | str:
+    splitter = stream_split.RangeSplitter(str(tmp_path), part_bytes)
+    data = text.encode()
+    for start in range(0, len(data), chunk):
+        splitter.feed(data[start:start + chunk])
+    return splitter.finish()
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("part_bytes, chunk, lookahead", [
+    (1 << 20, 1 << 20, 1 << 20),      # one range
+    (2000, 4096, 1 << 20),            # cut only once the text has ended
+    (2000, 7, 512),                   # cut mid-stream, fed a few bytes at a time
+    (300, 1000, 600),
+])
+def test_ranges_hold_exactly_the_event_list(shape, part_bytes, chunk, lookahead, tmp_path, monkeypatch):
+    monkeypatch.setattr(stream_split, "LOOKAHEAD", lookahead)
+    text = SHAPES[shape]
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(text.encode())
+    expected = scan_layout(plain)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = split(text, part_bytes, chunk, out)
+    assert isinstance(result, stream_split.SplitTrace)
+    assert result.layout == expected
+    events = [e for part in result.parts for e in json.loads(open(part, encoding="utf-8").read())]
+    doc = json.loads(text.lstrip("\ufeff"))
+    assert events == (doc if isinstance(doc, list) else doc["traceEvents"])
+    assert sorted(os.listdir(out)) == sorted(os.path.basename(p) for p in result.parts)
+    if part_bytes < 1 << 20 and shape not in ("empty_list", "one_event"):
+        assert len(result.parts) > 1
+
+
+@pytest.mark.parametrize("text, error", [
+    ('{"a": 1}', "has no 'traceEvents' list"),
+    ('{"traceEvents": 5}', "'traceEvents' is a number"),
+    (trace_text(many_events(300))[:-40], "truncated"),                      # the end is cut off
+    (trace_text(many_events(300)).replace("\n]\n", "\n\n", 1), "truncated"),  # the list never closes
+    ("   ", "only whitespace"),
+    ("[1, 2", "truncated or malformed"),
+])
+def test_what_it_cannot_split_comes_back_whole(text, error, tmp_path, monkeypatch):
+    monkeypatch.setattr(stream_split, "LOOKAHEAD", 256)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = split(text, 500, 333, out)
+    assert isinstance(result, str)
+    assert os.listdir(out) == [os.path.basename(result)]    # no ranges left behind
+    whole = open(result, encoding="utf-8").read()
+    try:
+        assert json.loads(whole) == json.loads(text)         # the same JSON (separators may differ)
+    except json.JSONDecodeError:
+        assert whole.replace(" ", "").replace("\n", "") == text.replace(" ", "").replace("\n", "")
+    with pytest.raises(LayoutError, match=error):
+        scan_layout(result)
+
+
+def test_abort_removes_everything(tmp_path):
+    splitter = stream_split.RangeSplitter(str(tmp_path), 200)
+    splitter.feed(trace_text(many_events(200)).encode()[:30000])
+    assert os.listdir(tmp_path)
+    splitter.abort()
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("container", ["gz", "zip", "tar.gz", "zip-of-gz"])
+def test_inflated_inputs_load_the_same_rows_and_meta_as_plain(container, tmp_path):
+    text = trace_text(many_events(3000) + mixed_events(),
+                      {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}},
+                      meta_after={"traceName": "t", "baseTimeNanoseconds": 1700000000000000000})
+    plain = write(tmp_path / "plain" / "rank0.json", text)
+    if container == "gz":
+        packed = write(tmp_path / "rank0.json.gz", text)
+    elif container == "zip":
+        packed = write_zip(tmp_path / "r.zip", {"rank0.json": text})
+    elif container == "tar.gz":
+        packed = write_tar_gz(tmp_path / "r.tar.gz", {"rank0.json": text})
+    else:
+        packed = write_zip(tmp_path / "r.zip", {"rank0.json.gz": gzip.compress(text.encode())})
+    rows = "SELECT * EXCLUDE (run_id) FROM events WHERE run_id = ? ORDER BY ALL"
+    ranks = "SELECT * EXCLUDE (run_id, file_name) FROM ranks WHERE run_id = ?"
+    got = {}
+    for label, path in (("plain", plain), ("packed", packed)):
+        con = connect(":memory:")
+        res = ingest_paths(con, [path], limits=Limits(part_bytes=8192))
+        assert res.errors == [] and res.warnings == []
+        got[label] = (con.execute(rows, [res.run_id]).fetchall(), con.execute(ranks, [res.run_id]).fetchall(),
+                      res.run_id)
+        con.close()
+    assert got["packed"] == got["plain"]        # same rows, same rank metadata, same content hash
+
+
+@pytest.mark.parametrize("bad_cut", [False, True])
+def test_gz_cut_into_many_ranges_and_healed(bad_cut, tmp_path, monkeypatch):
+    # a cut inside an event (forced here: any "}, {" taken for a boundary, without the check that
+    # an event starts there) makes a range invalid JSON: the file is re-read as one range joined
+    # from its ranges
+    path = write(tmp_path / "big.json.gz", trace_text(many_events(3000)))
+    if bad_cut:
+        from analyzers.ingest import layout
+        monkeypatch.setattr(layout, "_next_event_start",
+                            lambda mm, lo, hi: next((m.end() - 1 for m in layout._EVENT_BOUNDARY.finditer(mm, lo, hi)
+                                                     if mm[m.end():m.end() + 3] == b'"b"'), None))
+    seen = []
+    real_insert = ingest_core.insert_events
+    monkeypatch.setattr(ingest_core, "insert_events",
+                        lambda con, run_id, rank_parts, **kw: seen.append(len(rank_parts[0][1]))
+                        or real_insert(con, run_id, rank_parts, **kw))
+    con = connect(":memory:")
+    res = ingest_paths(con, [path], limits=Limits(part_bytes=4096))
+    assert seen[0] > 100                     # really read as many ranges
+    assert (seen[-1] == 1) is bad_cut        # healed by one joined range
+    assert res.errors == []
+    got = con.execute("SELECT count(*), sum(external_id), min(ts_ns), max(ts_ns) FROM events").fetchone()
+    assert got == (3000, sum(range(3000)), 1_000_000, 3_999_000)
+    assert os.listdir(tmp_path) == ["big.json.gz"]      # the temp ranges are gone
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": 1}',
+    trace_text(mixed_events())[:-30],
+    '{"traceEvents": [' + event() + ", 5, " + event() + "]}",
+])
+def test_errors_name_the_same_problem_as_for_plain_files(text, tmp_path):
+    plain = write(tmp_path / "t.json", text)
+    packed = write(tmp_path / "t.json.gz", text)
+    a = ingest_paths(connect(":memory:"), [plain])
+    b = ingest_paths(connect(":memory:"), [packed])   # (one store would reuse the first run)
+    assert [(e.error) for e in a.errors] == [(e.error) for e in b.errors]
+    assert [(e.error) for e in a.warnings] == [(e.error) for e in b.warnings]
+
+
+def test_range_count_keeps_every_thread_busy_when_the_size_is_known():
+    assert _range_bytes(None, 2, 16 << 20) == 16 << 20
+    size = 1075 << 20
+    per = _range_bytes(size, 2, 16 << 20)
+    assert -(-size // per) % 2 == 0 and per <= 16 << 20
+
+
+def test_gzip_trailer_gives_the_range_size(tmp_path, monkeypatch):
+    text = trace_text(many_events(2000))
+    path = write(tmp_path / "t.json.gz", text)
+    sizes = []
+    real = stream_split.RangeSplitter.__init__
+    monkeypatch.setattr(stream_split.RangeSplitter, "__init__",
+                        lambda self, tmpdir, part_bytes: sizes.append(part_bytes) or real(self, tmpdir, part_bytes))
+    con = connect(":memory:")
+    con.execute("SET threads = 2")
+    ingest_paths(con, [path], limits=Limits(part_bytes=64 << 10))
+    assert sizes == [_range_bytes(len(text.encode()), 2, 64 << 10)]
