@@ -19,10 +19,12 @@ Shared definitions (kept close to HTA's, see ../shared/traces/README.md):
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pandas as pd
+
+if TYPE_CHECKING:    # frames come from DuckDB's .df(); importing pandas here cost the CLI 0.35 s a call
+    import pandas as pd
 
 from analyzers.findings import fixes_ruled_out
 

@@ -133,3 +133,15 @@ def test_delete_removes_the_run(job, tmp_path):
     assert run_cli("delete", run_id, db=db).returncode == 0
     assert json.loads(run_cli("runs", "--format", "json", db=db).stdout) == []
     assert run_cli("delete", run_id, db=db).returncode == 2
+
+
+def test_analyze_path_imports_no_heavy_layers(job, tmp_path):
+    # the CLI must start fast: DuckDB hands back frames itself; pandas cost each call 0.35 s
+    code = ("import sys, runpy; sys.argv = ['analyzers', 'analyze', sys.argv[1], '--db', sys.argv[2], '--format', 'md']\n"
+            "try:\n    runpy.run_module('analyzers', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'streamlit', 'pandas', 'plotly') if m in sys.modules), file=sys.stderr)")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code, str(job), str(tmp_path / "s.duckdb")],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert "## " in done.stdout, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "[]"
