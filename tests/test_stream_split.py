@@ -191,3 +191,102 @@ def test_gzip_trailer_gives_the_range_size(tmp_path, monkeypatch):
     con.execute("SET threads = 2")
     ingest_paths(con, [path], limits=Limits(part_bytes=64 << 10))
     assert sizes == [_range_bytes(len(text.encode()), 2, 64 << 10)]
+
+
+def ingest_both(text: str, tmp_path, part_bytes: int = 4096, threads: int | None = None) -> tuple[dict, dict]:
+    """The same text loaded from X.json and from X.json.gz, each into its own store."""
+    out = []
+    for name in ("rank0.json", "rank0.json.gz"):
+        path = write(tmp_path / name.replace(".", "_") / name, text)
+        con = connect(":memory:")
+        if threads:
+            con.execute(f"SET threads = {threads}")
+        res = ingest_paths(con, [path], limits=Limits(part_bytes=part_bytes))
+        got = {"run_id": res.run_id, "errors": [e.error for e in res.errors],
+               "warnings": [e.error for e in res.warnings]}
+        if res.run_id:
+            got["rows"] = con.execute("SELECT * EXCLUDE (run_id) FROM events ORDER BY ALL").fetchall()
+            got["ranks"] = con.execute("SELECT * EXCLUDE (run_id, file_name) FROM ranks").fetchall()
+        con.close()
+        out.append(got)
+    return out[0], out[1]
+
+
+def test_cuts_in_metadata_after_the_list_are_undone(tmp_path):
+    # metadata after traceEvents holding objects with a "ph" key looks like more events: ranges
+    # cut there are dropped and the list's end is found in the text before them
+    text = trace_text(many_events(200), meta_after={
+        "otherEvents": [{"ph": "i", "name": "a" * 6000}, {"ph": "i", "name": "b"}], "traceName": "x"})
+    plain, packed = ingest_both(text, tmp_path)
+    assert plain["errors"] == [] and len(plain["rows"]) == 200
+    assert packed == plain
+    out = tmp_path / "split"
+    out.mkdir()
+    result = split(text, 2000, 4096, out)
+    assert isinstance(result, stream_split.SplitTrace)
+    (tmp_path / "t.json").write_text(text)
+    assert result.layout == scan_layout(tmp_path / "t.json")
+    assert sorted(os.listdir(out)) == sorted(os.path.basename(p) for p in result.parts)   # dropped ranges removed
+
+
+@pytest.mark.parametrize("part_bytes, threads", [(64 << 10, 2), (16 << 20, 16)])
+def test_timestamp_path_sampled_across_ranges(part_bytes, threads, tmp_path):
+    # whole-µs epoch timestamps first, then ones with ns digits within the first MiB of the list:
+    # the sample that picks the exact path must read past the first range as it does in a plain file
+    events = [event(ts=str(1712195495519000 + i)) for i in range(3000)]
+    events += [event(ts=f"{1712195495520000 + i}.001") for i in range(40000)]
+    plain, packed = ingest_both(trace_text(events), tmp_path, part_bytes=part_bytes, threads=threads)
+    assert packed == plain
+    assert {row[5] % 1000 for row in packed["rows"]} == {0, 1}     # ts_ns keeps the .001
+
+
+def test_not_a_trace_is_written_out_at_once(tmp_path):
+    # a definite verdict (not JSON) needs no more text: nothing is held back in memory
+    splitter = stream_split.RangeSplitter(str(tmp_path), 4096)
+    splitter.feed(b"line 1 of a log file\n" * 1000)
+    assert splitter.plain_path is not None and len(splitter.head) == 0
+    splitter.feed(b"more\n")
+    assert os.path.getsize(splitter.finish()) == 21 * 1000 + 5
+
+
+def test_deeply_nested_args_do_not_take_the_call_down(tmp_path):
+    deep = '{"ph": "X", "ts": 5, "dur": 1, "args": {"d": ' + "[" * 3000 + "]" * 3000 + "}}"
+    bad = write(tmp_path / "rank0.json.gz", trace_text([deep] * 50))
+    good = write(tmp_path / "good1.json", trace_text([event()], {"distributedInfo": {"rank": 1}}))
+    res = ingest_paths(connect(":memory:"), [bad, good], limits=Limits(part_bytes=4096))
+    assert "good1.json" in res.files
+    deep_head = write(tmp_path / "head.json.gz", '{"meta": ' + "[" * 5000 + "]" * 5000 + ', "traceEvents": []}')
+    res = ingest_paths(connect(":memory:"), [deep_head])
+    assert "nested too deeply" in res.errors[0].error
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 5, 8])
+def test_metadata_that_crosses_the_first_window(offset, tmp_path):
+    # a key, its colon or traceEvents' '[' right at the 1 MiB edge of the first look at the head
+    window = 1 << 20
+    key_edge = '{"a": "' + "x" * (window - 9 - offset) + '", "schemaVersion": 1, "traceEvents": [' + event() + "]}"
+    head, tail = '{"a": "', '", "traceEvents": '
+    bracket_edge = head + "x" * (window - offset - len(head) - len(tail)) + tail + "[" + event() + "]}"
+    for text in (key_edge, bracket_edge):
+        plain, packed = ingest_both(text, tmp_path / str(len(text)))
+        assert plain["errors"] == [] and len(plain["rows"]) == 1
+        assert packed == plain
+
+
+def test_small_files_in_an_archive_stay_one_range_each(tmp_path):
+    text = trace_text(many_events(150))
+    members = {f"rank{r}.json": text.replace('"tid": 7', f'"tid": {r}') for r in range(12)}
+    archive = write_zip(tmp_path / "ranks.zip", members)
+    seen = []
+    real = ingest_core.insert_events
+    con = connect(":memory:")
+    con.execute("SET threads = 16")
+    import analyzers.ingest.core as core_module
+    core_module.insert_events = lambda c, run_id, rank_parts, **kw: seen.append(
+        sum(len(p) for _, p in rank_parts)) or real(c, run_id, rank_parts, **kw)
+    try:
+        res = ingest_paths(con, [archive])
+    finally:
+        core_module.insert_events = real
+    assert res.errors == [] and len(res.ranks) == 12
+    assert seen == [12]

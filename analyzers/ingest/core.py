@@ -24,7 +24,7 @@ import duckdb
 from ..model import FileError, IngestResult
 from .layout import Layout, LayoutError, scan_layout
 from .parse import (delete_dropped, delete_rank, insert_events, join_parts, needs_exact, part_counts, predict_exact,
-                    rank_counts, remove_parts, write_parts)
+                    predict_exact_ranges, rank_counts, remove_parts, write_parts)
 from .ranks import assign_ranks, rank_columns, world_size
 from .sources import Limits, RankFile, collect
 
@@ -93,8 +93,8 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
                    key=lambda item: item.rank)
     for item in items:
         try:
-            if item.source.parts:     # the event list starts at the first range's own '['
-                item.exact = predict_exact(item.source.parts[0], 0, item.layout.body_bytes)
+            if item.source.parts:
+                item.exact = predict_exact_ranges(item.source.parts)
             else:
                 item.exact = predict_exact(item.source.path, item.layout.events_start, item.layout.body_bytes)
         except OSError:

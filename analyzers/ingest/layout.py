@@ -27,6 +27,10 @@ class LayoutError(ValueError):
     """The file is not a trace we can read; the message is for the user, in plain words."""
 
 
+class HeadIncomplete(LayoutError):
+    """scan_head(complete=False) ran out of text: the start of the stream is not enough yet."""
+
+
 @dataclass
 class Layout:
     size: int
@@ -46,7 +50,10 @@ def _skip_ws(text: str, pos: int) -> int:
 
 
 def _decode_value(raw: bytes) -> Any:
-    return json.loads(raw.decode("utf-8", errors="replace"))
+    try:
+        return json.loads(raw.decode("utf-8", errors="replace"))
+    except RecursionError:
+        raise LayoutError("a top-level value is nested too deeply to read") from None
 
 
 def _read(mm: mmap.mmap, start: int, stop: int) -> str:
@@ -94,9 +101,13 @@ def scan_head(buf, size: int, complete: bool = True) -> tuple[int, dict[str, Any
     they are only its start (a stream still being inflated): then a value that reaches the end
     of buf is not trusted, and a LayoutError may only mean that more text is needed.
     """
+    if not complete and size < 3 and b"\xef\xbb\xbf".startswith(bytes(buf[:size])):
+        raise HeadIncomplete("more text needed")   # maybe a byte-order mark, cut short
     bom = 3 if bytes(buf[:3]) == b"\xef\xbb\xbf" else 0    # a UTF-8 byte-order mark some editors add
     first = _skip_ws(_read(buf, 0, min(size, 4096)), bom)
     if first >= min(size, 4096):
+        if not complete and size < 4096:
+            raise HeadIncomplete("more text needed")
         raise LayoutError("the file holds only whitespace, not JSON")
     opener = chr(buf[first])
     if opener == "[":
@@ -119,24 +130,27 @@ def _scan_object_head(buf, size: int, brace: int, complete: bool) -> tuple[int, 
     text = _read(buf, 0, window)
     pos = brace + 1
 
-    def grow() -> bool:
-        """Read a 4x larger window; False when the whole of buf is read already."""
+    def out_of_text(message: str) -> None:
+        """The window ends too early: read a 4x larger one, else say why it cannot go on."""
         nonlocal window, text
-        if window >= size:
-            return False
-        if window >= MAX_META_BYTES:
-            raise LayoutError("a top-level value other than traceEvents is larger than "
-                              f"{MAX_META_BYTES >> 20} MiB; this does not look like a trace")
-        window = min(size, window * 4)
-        text = _read(buf, 0, window)
-        return True
+        if window < size:
+            if window >= MAX_META_BYTES:
+                raise LayoutError("a top-level value other than traceEvents is larger than "
+                                  f"{MAX_META_BYTES >> 20} MiB; this does not look like a trace")
+            window = min(size, window * 4)
+            text = _read(buf, 0, window)
+            return
+        if not complete:
+            raise HeadIncomplete(message)
+        raise LayoutError(message)
 
     while True:
+        key_start = pos     # each key is read again from here after the window grew
         pos = _skip_ws(text, pos)
         if pos >= len(text):
-            if grow():      # several long values before traceEvents: the window ends between keys
-                continue
-            raise LayoutError("the JSON is truncated (the top-level object never closes)")
+            out_of_text("the JSON is truncated (the top-level object never closes)")
+            pos = key_start
+            continue
         ch = text[pos]
         if ch == "}":
             if "traceEvents" not in meta:
@@ -147,15 +161,27 @@ def _scan_object_head(buf, size: int, brace: int, complete: bool) -> tuple[int, 
             pos = _skip_ws(text, pos + 1)
         try:
             key, pos = _DECODER.raw_decode(text, pos)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as exc:
+            if _ends_in_window(exc, text):
+                out_of_text("the JSON is truncated or malformed near the start of the file")
+                pos = key_start
+                continue
             raise LayoutError("the JSON is truncated or malformed near the start of the file") from None
         if not isinstance(key, str):
             raise LayoutError("the JSON is truncated or malformed near the start of the file")
         pos = _skip_ws(text, pos)
-        if pos >= len(text) or text[pos] != ":":
+        if pos >= len(text):
+            out_of_text("the JSON is truncated or malformed near the start of the file")
+            pos = key_start
+            continue
+        if text[pos] != ":":
             raise LayoutError("the JSON is truncated or malformed near the start of the file")
         pos = _skip_ws(text, pos + 1)
-        if key == "traceEvents" and pos < len(text) and text[pos] == "[":
+        if pos >= len(text):
+            out_of_text("the JSON is truncated or malformed near the start of the file")
+            pos = key_start
+            continue
+        if key == "traceEvents" and text[pos] == "[":
             meta.pop("traceEvents", None)
             return pos, meta
         # A metadata value: decode it, growing the window if it is long.
@@ -166,10 +192,17 @@ def _scan_object_head(buf, size: int, brace: int, complete: bool) -> tuple[int, 
                     raise json.JSONDecodeError("window", text, stop)  # a number may continue
                 break
             except json.JSONDecodeError:
-                if not grow():
-                    raise LayoutError("the JSON is truncated or malformed (a top-level value never ends)") from None
+                out_of_text("the JSON is truncated or malformed (a top-level value never ends)")
+            except RecursionError:
+                raise LayoutError("a top-level value is nested too deeply to read") from None
         meta[_utf8_key(key)] = _decode_value(buf[pos:stop])
         pos = stop
+
+
+def _ends_in_window(exc: json.JSONDecodeError, text: str) -> bool:
+    """A key that may have failed to decode only because the window cut it: its string runs to
+    the end, or the error is in its last few characters (a \\uXXXX escape cut short)."""
+    return exc.msg.startswith("Unterminated string") or exc.pos >= len(text) - 16
 
 
 def _object_tail(text: str, pos: int, final: int) -> dict[str, Any] | None:
@@ -193,7 +226,7 @@ def _object_tail(text: str, pos: int, final: int) -> dict[str, Any] | None:
                 return None
             start = _skip_ws(text, pos + 1)
             _, pos = _DECODER.raw_decode(text, start)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return None
         out[key] = (start, pos)
 
@@ -242,16 +275,25 @@ def _closes_objects(text: str, idx: int) -> bool:
 
 def _next_event_start(mm: mmap.mmap, lo: int, hi: int) -> int | None:
     """Offset of a '{' after lo that opens a whole trace event: `}, {` also occurs inside args
-    (lists of objects), so the object there must decode and carry a 'ph' key."""
+    (lists of objects), so the object there must decode (within 1 MiB) and carry a 'ph' key.
+    Each candidate is decoded from 4 KiB first, then 64 KiB, then 1 MiB: an event holding a
+    long list of small objects has a candidate at each of them."""
     for match in _EVENT_BOUNDARY.finditer(mm, lo, hi):
         start = match.end() - 1
-        text = mm[start:min(start + (1 << 20), hi + (1 << 20))].decode("latin-1")
-        try:
-            obj, _ = _DECODER.raw_decode(text)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and "ph" in obj:
-            return start
+        limit = min(start + (1 << 20), hi + (1 << 20))
+        for span in (4 << 10, 64 << 10, 1 << 20):
+            stop = min(start + span, limit)
+            try:
+                obj, _ = _DECODER.raw_decode(mm[start:stop].decode("latin-1"))
+            except json.JSONDecodeError:
+                if stop >= limit:
+                    break
+                continue        # cut short by the span, or malformed: a wider look decides
+            except RecursionError:
+                break           # nested too deeply to be an event's start
+            if isinstance(obj, dict) and "ph" in obj:
+                return start
+            break
     return None
 
 

@@ -78,7 +78,21 @@ def predict_exact(path: str, events_start: int, body_bytes: int) -> bool:
         return False
     with open(path, "rb") as fh:
         fh.seek(events_start)
-        sample = fh.read(min(SAMPLE_BYTES, body_bytes + 1))
+        return _has_fractional_epoch_ts(fh.read(min(SAMPLE_BYTES, body_bytes + 1)))
+
+
+def predict_exact_ranges(parts: list[str] | tuple[str, ...]) -> bool:
+    """predict_exact for an event list held as range files: the same sample, read across them."""
+    sample = bytearray()
+    for part in parts:
+        if len(sample) >= SAMPLE_BYTES:
+            break
+        with open(part, "rb") as fh:
+            sample += fh.read(SAMPLE_BYTES - len(sample))
+    return SAMPLE_BYTES > 0 and _has_fractional_epoch_ts(bytes(sample))
+
+
+def _has_fractional_epoch_ts(sample: bytes) -> bool:
     return any(int(m.group(1)) >= FLOAT_EXACT_LIMIT_NS // 1000 for m in _FRACTIONAL_TS.finditer(sample))
 
 

@@ -18,13 +18,13 @@ for the ordinary path to read and report exactly as before.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import tempfile
 from dataclasses import dataclass
 
 from . import layout as _layout
-from .layout import HEAD_WINDOW, MAX_META_BYTES, Layout, LayoutError, _find_events_end, _last_non_ws, scan_head
+from .layout import (HEAD_WINDOW, MAX_META_BYTES, HeadIncomplete, Layout, LayoutError, _find_events_end,
+                     _last_non_ws, scan_head)
 
 LOOKAHEAD = 1 << 20       # how far past a candidate cut _next_event_start may read to check it
 
@@ -51,6 +51,7 @@ class RangeSplitter:
         self.pending = bytearray()       # event-list text not yet written to a range
         self.parts: list[str] = []
         self.part_offsets: list[int] = []   # offset in the text of each range's first byte
+        self.separators: list[bytes] = []   # the text cut out after each closed range (',' + blanks)
         self.plain_path: str | None = None
         self._out = None                 # the open range (or plain) file
         self._part_len = 0
@@ -59,6 +60,7 @@ class RangeSplitter:
         self._events_start = -1
         self._meta: dict = {}
         self._bare = False
+        self._next_try = 0               # head length at which to run the head scan again
 
     # -- feeding ---------------------------------------------------------------------------
     def feed(self, chunk: bytes) -> None:
@@ -68,7 +70,8 @@ class RangeSplitter:
             return
         if self._events_start < 0:
             self.head += chunk
-            self._try_head(complete=False)
+            if len(self.head) >= self._next_try:
+                self._try_head(complete=False)
             return
         self.pending += chunk
         self._drain(final=False)
@@ -76,11 +79,15 @@ class RangeSplitter:
     def _try_head(self, complete: bool) -> None:
         try:
             start, meta, bare = scan_head(self.head, len(self.head), complete=complete)
-        except LayoutError:
-            # not yet (a prefix) or never (not a trace): give up on splitting once the head is
-            # longer than any trace's metadata, or at the end of the text
-            if complete or len(self.head) > MAX_META_BYTES + HEAD_WINDOW:
+        except HeadIncomplete:
+            # not yet: wait for more text, up to the longest metadata a trace may have; the scan
+            # starts over each time, so it runs again once the head has doubled
+            if len(self.head) > MAX_META_BYTES + HEAD_WINDOW:
                 self._go_plain()
+            self._next_try = 2 * len(self.head)
+            return
+        except LayoutError:
+            self._go_plain()    # not a trace: the ordinary path reads it and says why
             return
         self._events_start, self._meta, self._bare = start, meta, bare
         self.pending = self.head[start + 1:]
@@ -124,6 +131,7 @@ class RangeSplitter:
             # joining them with a ',' gives the same JSON back (parse.join_parts, _reassemble)
             comma = self.pending.rfind(b",", 0, cut)
             self._write(comma)
+            self.separators.append(bytes(self.pending[:cut - comma]))
             del self.pending[:cut - comma]
             self._written += cut - comma
             self._out.write(b"]")
@@ -143,28 +151,30 @@ class RangeSplitter:
         self._out = None
         try:
             events_end, tail_meta = self._close_last_range()
-        except LayoutError:
+        except (LayoutError, _BeforeRanges):
             return self._reassemble()
         meta = dict(self._meta)
         meta.update(tail_meta)
         return SplitTrace(Layout(self._size, self._events_start, events_end, meta), self.parts)
 
     def _close_last_range(self) -> tuple[int, dict]:
-        """Find the list's closing ']' in the last range file and cut the file after it."""
-        last = self.parts[-1]
-        size = os.path.getsize(last)
-        with open(last, "r+b") as fh:
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                if self._bare:
-                    idx = _last_non_ws(mm, size)
-                    if idx <= 0 or mm[idx:idx + 1] != b"]":
-                        raise LayoutError("the event list is not closed")
-                    tail: dict = {}
-                else:
-                    idx, tail = _find_events_end(mm, size, 0)
-            fh.truncate(idx + 1)
-        # the range file's byte 0 is its own '['; byte 1 is text offset part_offsets[-1]
-        return self.part_offsets[-1] + idx - 1, tail
+        """Find the list's closing ']' over the end of the text, cut the range holding it right
+        after it, and drop the ranges after that one (cuts made in metadata after the list)."""
+        tail = _TextTail(self)
+        if self._bare:
+            end = _last_non_ws(tail, self._size)
+            if end <= self._events_start or tail[end] != ord("]"):
+                raise LayoutError("the event list is not closed")
+            meta: dict = {}
+        else:
+            end, meta = _find_events_end(tail, self._size, self._events_start)
+        index = max(k for k, offset in enumerate(self.part_offsets) if offset <= end)
+        with open(self.parts[index], "r+b") as fh:
+            fh.truncate(end - self.part_offsets[index] + 2)     # its '[' + text up to the ']'
+        for part in self.parts[index + 1:]:
+            _unlink(part)
+        del self.parts[index + 1:], self.part_offsets[index + 1:], self.separators[index:]
+        return end, meta
 
     def _go_plain(self) -> None:
         fd, path = tempfile.mkstemp(dir=self.tmpdir, suffix=".json")
@@ -182,10 +192,9 @@ class RangeSplitter:
             for index, part in enumerate(self.parts):
                 with open(part, "rb") as src:
                     data = src.read()
-                body = data[1:] if index == len(self.parts) - 1 else data[1:-1]
-                if index:
-                    out.write(b",")
-                out.write(body)
+                out.write(data[1:] if index == len(self.parts) - 1 else data[1:-1])
+                if index < len(self.separators):
+                    out.write(self.separators[index])
         self._remove_parts()
         self.plain_path = path
         return path
@@ -204,6 +213,53 @@ class RangeSplitter:
         if self.plain_path is not None:
             _unlink(self.plain_path)
             self.plain_path = None
+
+
+class _BeforeRanges(Exception):
+    """The tail scan asked for text before the event list's first byte."""
+
+
+class _TextTail:
+    """The inflated text, read back from the end as far as a search asks: the ranges' contents
+    (each without its own brackets) with the separators cut out between them put back, after
+    the head up to the list's '['. Indexing and slicing take text offsets."""
+
+    def __init__(self, splitter: RangeSplitter):
+        self.splitter = splitter
+        self.size = splitter._size
+        self.base = self.size           # text offset of data[0]
+        self.data = b""
+        self.next_part = len(splitter.parts) - 1
+
+    def _load(self, offset: int) -> None:
+        sp = self.splitter
+        pieces: list[bytes] = []        # read back to front, joined once
+        while offset < self.base:
+            k = self.next_part
+            if k < 0:                   # the head: the text up to and including the list's '['
+                if offset < 0:
+                    raise _BeforeRanges()
+                pieces.append(bytes(sp.head))
+                self.base = 0
+                break
+            with open(sp.parts[k], "rb") as fh:
+                content = fh.read()[1:]                        # without its '['
+            if k < len(sp.parts) - 1:
+                content = content[:-1] + sp.separators[k]      # its ']' was ours, not the text's
+            pieces.append(content)
+            self.base = sp.part_offsets[k]
+            self.next_part -= 1
+        if pieces:
+            self.data = b"".join(reversed(pieces)) + self.data
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start = 0 if key.start is None else key.start
+            stop = self.size if key.stop is None else min(key.stop, self.size)
+            self._load(start)
+            return self.data[start - self.base:stop - self.base]
+        self._load(key)
+        return self.data[key - self.base]
 
 
 def _unlink(path: str) -> None:
