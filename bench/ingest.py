@@ -34,9 +34,10 @@ SIZES = {  # name: (ranks, bytes per rank)
     # the same events on an epoch clock with decimals ("ts": 1716458676522690.655), as recent
     # PyTorch writes them: float64 cannot hold these to the ns, so they take the text path
     "1gb-epoch": (1, 1 << 30),
-    # the 100mb / 1gb files gzipped (isal level 3), the way traces are usually uploaded
+    # the 100mb / 1gb / 8x128mb files gzipped (isal level 3), the way traces are usually uploaded
     "100mb-gz": (1, 100 << 20),
     "1gb-gz": (1, 1 << 30),
+    "8x128mb-gz": (8, 128 << 20),
 }
 SHIFT_US = 20_000_000       # each copy of the source events starts 20 s after the previous one
 EPOCH_US = 1_712_000_000_000_000   # added to the source's relative clock for the *-epoch inputs
