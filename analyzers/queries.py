@@ -330,14 +330,17 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]
                f.cost_ns, f.cost_pct, f.summary, f.metrics::VARCHAR, f.fix_ids, m.status, m.note
         FROM findings f LEFT JOIN finding_marks m USING (run_id, finding_id)
         WHERE f.run_id = $run_id
-        ORDER BY f.cost_ns DESC NULLS LAST, f.finding_id
+        ORDER BY f.cost_ns DESC NULLS LAST, f.cost_pct DESC NULLS LAST, f.finding_id
         """,
         {"run_id": run_id},
     ).fetchall()
     out = []
     for (fid, kind, severity, rank, step, stream, t0, t1, cost_ns, cost_pct, summary, metrics,
          fix_ids, mark_status, mark_note) in rows:
-        metrics = json.loads(metrics) if metrics else {}
+        try:
+            metrics = json.loads(metrics) if metrics else {}
+        except ValueError:
+            metrics = {}
         out.append({
             "id": fid, "kind": kind, "severity": severity, "rank": rank, "step": step, "stream": stream,
             "start_ns": t0, "end_ns": t1,

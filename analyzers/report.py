@@ -13,10 +13,8 @@ from typing import Any, Iterable, Mapping
 
 import duckdb
 
-from analyzers.findings import fixes_ruled_out
 from analyzers.metrics import rank_summary
-from analyzers.queries import time_bounds
-from analyzers.runs import get_marks
+from analyzers.queries import findings, time_bounds
 from analyzers.sqlrun import ensure_loaded
 
 RANK_COLUMNS = [("rank", "Rank"), ("steps", "Steps"), ("step_time_ms", "Step (ms)"), ("idle_pct", "Idle %"),
@@ -34,29 +32,20 @@ def _error_dict(err: Any) -> dict[str, str]:
 
 
 def _stored_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
-    cur = con.execute(
-        "SELECT finding_id, kind, severity, rank, step, stream, t_start_ns, t_end_ns, cost_ns, cost_pct, "
-        "summary, metrics, fix_ids FROM findings WHERE run_id = ? ORDER BY cost_ns DESC, cost_pct DESC, finding_id",
-        [run_id])
-    rows = cur.fetchall()
-    marks = get_marks(con, run_id)
-    out = []
-    for (fid, kind, sev, rank, step, stream, t0, t1, cost_ns, cost_pct, summary, metrics, fixes) in rows:
-        try:
-            metrics = json.loads(metrics) if isinstance(metrics, str) else (metrics or {})
-        except ValueError:
-            metrics = {}
-        out.append({
-            "id": fid, "kind": kind, "severity": sev, "rank": rank, "step": step, "stream": stream,
-            "start_us": None if t0 is None else t0 / 1000.0, "end_us": None if t1 is None else t1 / 1000.0,
-            "cost_ms_per_step": cost_ns / 1e6, "cost_pct": cost_pct, "summary": summary,
-            "metrics": metrics, "fixes": list(fixes or []),
-            # fixes the finding's own metrics rule out, with the reason (still listed in `fixes`)
-            "fixes_ruled_out": fixes_ruled_out(list(fixes or []), metrics),
-            # the team's review mark (to_fix / fixed / wont_fix and a note), None when unmarked
-            "review": ({"status": marks[fid]["status"], "note": marks[fid]["note"]} if fid in marks else None),
-        })
-    return out
+    """The run's findings in the CLI contract's shape, from queries.findings (the one reader of
+    the findings table, which the dashboard uses too)."""
+    return [{
+        "id": f["id"], "kind": f["kind"], "severity": f["severity"], "rank": f["rank"], "step": f["step"],
+        "stream": f["stream"],
+        "start_us": None if f["start_ns"] is None else f["start_ns"] / 1000.0,
+        "end_us": None if f["end_ns"] is None else f["end_ns"] / 1000.0,
+        "cost_ms_per_step": f["cost_ms_per_step"], "cost_pct": f["cost_pct"], "summary": f["summary"],
+        "metrics": f["metrics"], "fixes": f["fixes"],
+        # fixes the finding's own metrics rule out, with the reason (still listed in `fixes`)
+        "fixes_ruled_out": f["fixes_ruled_out"],
+        # the team's review mark (to_fix / fixed / wont_fix and a note), None when unmarked
+        "review": {"status": f["mark_status"], "note": f["mark_note"]} if f["mark_status"] else None,
+    } for f in findings(con, run_id)]
 
 
 def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[Any] = ()) -> dict[str, Any]:
