@@ -212,3 +212,14 @@ def test_huge_metadata_value_refused(con, tmp_path, monkeypatch):
     text = trace_text([event()], {"schemaVersion": 1, "blob": "x" * (1 << 18)})
     res = ingest_paths(con, [write(tmp_path / "blob.json", text)])
     assert "larger than" in errors_by_file(res)["blob.json"]
+
+
+def test_the_same_trace_twice_in_one_call_loads_once(con, tmp_path):
+    # the same file picked twice, or a .json beside its own .json.gz: one rank, not two
+    text = trace_text(mixed_events())
+    plain = write(tmp_path / "trace.json", text)
+    packed = write(tmp_path / "trace.json.gz", text)
+    res = ingest_paths(con, [plain, packed])
+    assert res.ranks == [0] and res.files == ["trace.json"]
+    assert "the same trace as trace.json" in {w.file: w.error for w in res.warnings}["trace.json.gz"]
+    assert store_counts(con)[:2] == (1, 1)

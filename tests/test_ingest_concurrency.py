@@ -12,7 +12,9 @@ from analyzers.store import connect
 def _write_job(directory, ranks: int, offset_us: float) -> str:
     directory.mkdir()
     for rank in range(ranks):
-        events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": offset_us + 10.0 * i,
+        # ranks differ (a rank's trace is never byte-identical to another's: identical files in
+        # one call load once)
+        events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7 + rank, "ts": offset_us + 10.0 * i,
                    "dur": 5.0, "args": {"device": 0, "stream": 7, "correlation": i}} for i in range(50)]
         (directory / f"rank-{rank}.json").write_text(json.dumps({"traceEvents": events}))
     return str(directory)

@@ -72,6 +72,7 @@ def ingest_paths(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
 def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
     files, errors = collect(paths, tmpdir, limits, progress, threads=_threads(con))
     warnings: list[FileError] = []
+    files = _drop_repeated_content(files, warnings)
     scanned: list[tuple[RankFile, Layout]] = []
     for source in files:
         try:
@@ -136,6 +137,21 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
 
 _MAX_CONFLICTS = 2
 _CONFLICT_WAIT_S = 30.0
+
+
+def _drop_repeated_content(files: list[RankFile], warnings: list[FileError]) -> list[RankFile]:
+    """One rank per distinct trace: the same text given twice in one call (the same file picked
+    twice, a .json beside its .json.gz) would otherwise load as two identical ranks."""
+    first_by_hash: dict[str, str] = {}
+    kept = []
+    for source in files:
+        first = first_by_hash.setdefault(source.content_hash, source.display)
+        if first != source.display:
+            warnings.append(FileError(source.display, f"the same trace as {first}, which is loaded; "
+                                                      "this copy is skipped"))
+            continue
+        kept.append(source)
+    return kept
 
 
 def _wait_for_run(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
