@@ -321,9 +321,10 @@ def export_window_trace(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int,
 
 # --------------------------------------------------------------------------- findings
 
-def findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
+def findings(con: duckdb.DuckDBPyConnection, run_id: str, raw: bool = False) -> list[dict[str, Any]]:
     """The run's stored findings, costliest first, in the CLI contract's shape plus their review mark
-    (mark_status, mark_note; None when unmarked)."""
+    (mark_status, mark_note; None when unmarked). raw: NULL cost, summary and note stay None (the
+    report's JSON contract) instead of 0 / "" (what the dashboard formats)."""
     rows = con.execute(
         """
         SELECT f.finding_id, f.kind, f.severity, f.rank, f.step, f.stream, f.t_start_ns, f.t_end_ns,
@@ -341,13 +342,17 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]
             metrics = json.loads(metrics) if metrics else {}
         except ValueError:
             metrics = {}
+        if raw:
+            cost_ms = None if cost_ns is None else cost_ns / 1e6
+        else:
+            cost_ms, cost_pct, summary, mark_note = (cost_ns or 0) / 1e6, cost_pct or 0.0, summary or "", mark_note or ""
         out.append({
             "id": fid, "kind": kind, "severity": severity, "rank": rank, "step": step, "stream": stream,
             "start_ns": t0, "end_ns": t1,
-            "cost_ms_per_step": (cost_ns or 0) / 1e6, "cost_pct": cost_pct or 0.0,
-            "summary": summary or "", "metrics": metrics,
+            "cost_ms_per_step": cost_ms, "cost_pct": cost_pct,
+            "summary": summary, "metrics": metrics,
             "fixes": list(fix_ids or []), "fixes_ruled_out": fixes_ruled_out(list(fix_ids or []), metrics),
-            "mark_status": mark_status, "mark_note": mark_note or "",
+            "mark_status": mark_status, "mark_note": mark_note,
         })
     return out
 

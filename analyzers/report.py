@@ -45,7 +45,7 @@ def _stored_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[s
         "fixes_ruled_out": f["fixes_ruled_out"],
         # the team's review mark (to_fix / fixed / wont_fix and a note), None when unmarked
         "review": {"status": f["mark_status"], "note": f["mark_note"]} if f["mark_status"] else None,
-    } for f in findings(con, run_id)]
+    } for f in findings(con, run_id, raw=True)]
 
 
 def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[Any] = ()) -> dict[str, Any]:

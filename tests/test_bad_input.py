@@ -223,3 +223,10 @@ def test_the_same_trace_twice_in_one_call_loads_once(con, tmp_path):
     assert res.ranks == [0] and res.files == ["trace.json"]
     assert "the same trace as trace.json" in {w.file: w.error for w in res.warnings}["trace.json.gz"]
     assert store_counts(con)[:2] == (1, 1)
+
+
+def test_the_same_file_given_twice_loads_once(con, tmp_path):
+    path = write(tmp_path / "trace.json", trace_text(mixed_events()))
+    res = ingest_paths(con, [path, path])
+    assert res.ranks == [0] and [w.error for w in res.warnings] == ["given twice: loaded once"]
+    assert store_counts(con)[:2] == (1, 1)

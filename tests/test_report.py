@@ -120,3 +120,15 @@ def test_report_carries_the_analyses_notes(monkeypatch):
     assert "launch analysis says hello <b>" in notes
     assert "hello &lt;b&gt;" in render_html(build_report(con, "cpu"))
     con.close()
+
+
+def test_report_keeps_null_values_as_null():
+    # the report reads the findings through queries.findings(raw=True): what is NULL in the store
+    # stays null in the JSON (the dashboard's shape turns it into "" / 0 for display)
+    con = hand_written_store(synthetic_events(), name="r", file_name="r0.json")
+    first = analyze_run(con, "syn", {"MIN_FINDING_PCT": 0.0})[0]
+    set_mark(con, "syn", first.finding_id, "to_fix", None)
+    con.execute("UPDATE findings SET summary = NULL WHERE finding_id = ?", [first.finding_id])
+    got = {f["id"]: f for f in build_report(con, "syn")["findings"]}[first.finding_id]
+    assert got["review"] == {"status": "to_fix", "note": None} and got["summary"] is None
+    con.close()

@@ -367,3 +367,10 @@ def test_random_documents_split_like_the_plain_scan(tmp_path, monkeypatch):
         assert events == want, index
         checked += 1
     assert checked > 100 and healed > 0
+
+
+def test_deeply_nested_value_in_a_key_position_is_reported(tmp_path):
+    text = "{" + "[" * 200000 + "]" * 200000 + ': 1, "traceEvents": []}'
+    for name in ("k.json", "k.json.gz"):
+        res = ingest_paths(connect(":memory:"), [write(tmp_path / name, text)])
+        assert res.run_id is None and "malformed near the start" in res.errors[0].error

@@ -145,12 +145,15 @@ def _drop_repeated_content(files: list[RankFile], warnings: list[FileError]) -> 
     first_by_hash: dict[str, str] = {}
     kept = []
     for source in files:
-        first = first_by_hash.setdefault(source.content_hash, source.display)
-        if first != source.display:
+        first = first_by_hash.get(source.content_hash)
+        if first is None:
+            first_by_hash[source.content_hash] = source.display
+            kept.append(source)
+        elif first == source.display:
+            warnings.append(FileError(source.display, "given twice: loaded once"))
+        else:
             warnings.append(FileError(source.display, f"the same trace as {first}, which is loaded; "
                                                       "this copy is skipped"))
-            continue
-        kept.append(source)
     return kept
 
 

@@ -161,6 +161,8 @@ def _scan_object_head(buf, size: int, brace: int, complete: bool) -> tuple[int, 
             pos = _skip_ws(text, pos + 1)
         try:
             key, pos = _DECODER.raw_decode(text, pos)
+        except RecursionError:      # a deeply nested value where a key belongs
+            raise LayoutError("the JSON is truncated or malformed near the start of the file") from None
         except json.JSONDecodeError as exc:
             if _ends_in_window(exc, text):
                 out_of_text("the JSON is truncated or malformed near the start of the file")
@@ -283,12 +285,13 @@ def _next_event_start(mm: mmap.mmap, lo: int, hi: int) -> int | None:
         limit = min(start + (1 << 20), hi + (1 << 20))
         for span in (4 << 10, 64 << 10, 1 << 20):
             stop = min(start + span, limit)
+            text = mm[start:stop].decode("latin-1")
             try:
-                obj, _ = _DECODER.raw_decode(mm[start:stop].decode("latin-1"))
-            except json.JSONDecodeError:
-                if stop >= limit:
-                    break
-                continue        # cut short by the span, or malformed: a wider look decides
+                obj, _ = _DECODER.raw_decode(text)
+            except json.JSONDecodeError as exc:
+                if stop >= limit or not _ends_in_window(exc, text):
+                    break       # malformed, not just cut short by the span: not an event's start
+                continue        # cut short by the span: a wider look decides
             except RecursionError:
                 break           # nested too deeply to be an event's start
             if isinstance(obj, dict) and "ph" in obj:

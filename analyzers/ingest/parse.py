@@ -117,7 +117,7 @@ def write_parts(files: list[tuple[str, Layout, int]], tmpdir: str, workers: int)
         with os.fdopen(fd, "wb") as dst, open(path, "rb") as src:
             dst.write(b"[")
             dst.flush()
-            _copy_range(src.fileno(), dst.fileno(), start, stop - start)
+            copy_range(src.fileno(), dst.fileno(), start, stop - start)
             dst.write(b"]")
         return part_path
 
@@ -168,7 +168,7 @@ def join_parts(parts: list[str], tmpdir: str) -> str:
                 first = False
                 dst.flush()
                 with open(part, "rb") as src:
-                    _copy_range(src.fileno(), dst.fileno(), 1, size - 2)   # inside its brackets
+                    copy_range(src.fileno(), dst.fileno(), 1, size - 2)   # inside its brackets
             dst.write(b"]")
     except BaseException:
         remove_parts([joined])
@@ -184,7 +184,7 @@ def remove_parts(parts: list[str]) -> None:
             pass
 
 
-def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int) -> None:
+def copy_range(src_fd: int, dst_fd: int, offset: int, count: int) -> None:
     while count > 0:
         try:
             done = os.copy_file_range(src_fd, dst_fd, count, offset_src=offset)

@@ -18,15 +18,18 @@ for the ordinary path to read and report exactly as before.
 """
 from __future__ import annotations
 
+import bisect
 import os
 import tempfile
 from dataclasses import dataclass
 
 from . import layout as _layout
+from .parse import copy_range
 from .layout import (HEAD_WINDOW, MAX_META_BYTES, HeadIncomplete, Layout, LayoutError, _find_events_end,
                      _last_non_ws, scan_head)
 
 LOOKAHEAD = 1 << 20       # how far past a candidate cut _next_event_start may read to check it
+TAIL_BLOCK = 64 << 10     # the end of the text is read back in blocks at least this big
 
 
 @dataclass
@@ -190,9 +193,10 @@ class RangeSplitter:
         with os.fdopen(fd, "wb") as out:
             out.write(self.head)                    # up to and including the list's '['
             for index, part in enumerate(self.parts):
-                with open(part, "rb") as src:
-                    data = src.read()
-                out.write(data[1:] if index == len(self.parts) - 1 else data[1:-1])
+                closed = index < len(self.parts) - 1
+                out.flush()
+                with open(part, "rb") as src:       # its content, without our brackets
+                    copy_range(src.fileno(), out.fileno(), 1, os.path.getsize(part) - (2 if closed else 1))
                 if index < len(self.separators):
                     out.write(self.separators[index])
         self._remove_parts()
@@ -220,37 +224,50 @@ class _BeforeRanges(Exception):
 
 
 class _TextTail:
-    """The inflated text, read back from the end as far as a search asks: the ranges' contents
+    """The inflated text, read back from its end as far as a search asks: the ranges' contents
     (each without its own brackets) with the separators cut out between them put back, after
-    the head up to the list's '['. Indexing and slicing take text offsets."""
+    the head up to the list's '['. Indexing and slicing take text offsets. Only the part asked
+    for is read (in blocks of TAIL_BLOCK), so a huge last range costs no more than the window."""
 
     def __init__(self, splitter: RangeSplitter):
-        self.splitter = splitter
+        self.sp = splitter
         self.size = splitter._size
         self.base = self.size           # text offset of data[0]
         self.data = b""
-        self.next_part = len(splitter.parts) - 1
+
+    def _segment(self, k: int, lo: int, hi: int) -> bytes:
+        """text[lo:hi] within range k (its file content, then the separator cut out after it)."""
+        sp = self.sp
+        start = sp.part_offsets[k]
+        closed = k < len(sp.parts) - 1
+        inner_end = start + os.path.getsize(sp.parts[k]) - (2 if closed else 1)
+        out = b""
+        if lo < inner_end:
+            with open(sp.parts[k], "rb") as fh:
+                out = os.pread(fh.fileno(), min(hi, inner_end) - lo, 1 + lo - start)
+        if hi > inner_end:
+            sep = sp.separators[k]
+            out += sep[max(lo, inner_end) - inner_end:hi - inner_end]
+        return out
 
     def _load(self, offset: int) -> None:
-        sp = self.splitter
+        if offset >= self.base:
+            return
+        if offset < 0:
+            raise _BeforeRanges()
+        offset = max(0, min(offset, self.base - TAIL_BLOCK))
+        sp = self.sp
         pieces: list[bytes] = []        # read back to front, joined once
         while offset < self.base:
-            k = self.next_part
+            k = bisect.bisect_right(sp.part_offsets, self.base - 1) - 1
             if k < 0:                   # the head: the text up to and including the list's '['
-                if offset < 0:
-                    raise _BeforeRanges()
-                pieces.append(bytes(sp.head))
-                self.base = 0
+                pieces.append(bytes(sp.head[offset:self.base]))
+                self.base = offset
                 break
-            with open(sp.parts[k], "rb") as fh:
-                content = fh.read()[1:]                        # without its '['
-            if k < len(sp.parts) - 1:
-                content = content[:-1] + sp.separators[k]      # its ']' was ours, not the text's
-            pieces.append(content)
-            self.base = sp.part_offsets[k]
-            self.next_part -= 1
-        if pieces:
-            self.data = b"".join(reversed(pieces)) + self.data
+            lo = max(offset, sp.part_offsets[k])
+            pieces.append(self._segment(k, lo, self.base))
+            self.base = lo
+        self.data = b"".join(reversed(pieces)) + self.data
 
     def __getitem__(self, key):
         if isinstance(key, slice):
