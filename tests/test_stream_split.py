@@ -107,6 +107,28 @@ def test_abort_removes_everything(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def load(path, part_bytes: int | None = 4096, threads: int | None = None) -> dict:
+    """One ingest into its own store (one store would reuse the first of two equal runs): the
+    run id, the errors and warnings, and the stored rows and rank metadata."""
+    con = connect(":memory:")
+    if threads:
+        con.execute(f"SET threads = {threads}")
+    res = ingest_paths(con, [path], limits=Limits() if part_bytes is None else Limits(part_bytes=part_bytes))
+    got = {"run_id": res.run_id, "errors": [e.error for e in res.errors],
+           "warnings": [e.error for e in res.warnings]}
+    if res.run_id:
+        got["rows"] = con.execute("SELECT * EXCLUDE (run_id) FROM events ORDER BY ALL").fetchall()
+        got["ranks"] = con.execute("SELECT * EXCLUDE (run_id, file_name) FROM ranks").fetchall()
+    con.close()
+    return got
+
+
+def ingest_both(text: str, tmp_path, part_bytes: int | None = 4096, threads: int | None = None) -> tuple[dict, dict]:
+    """The same text loaded from X.json and from X.json.gz."""
+    return tuple(load(write(tmp_path / name.replace(".", "_") / name, text), part_bytes, threads)
+                 for name in ("rank0.json", "rank0.json.gz"))
+
+
 @pytest.mark.parametrize("container", ["gz", "zip", "tar.gz", "zip-of-gz"])
 def test_inflated_inputs_load_the_same_rows_and_meta_as_plain(container, tmp_path):
     text = trace_text(many_events(3000) + mixed_events(),
@@ -121,16 +143,8 @@ def test_inflated_inputs_load_the_same_rows_and_meta_as_plain(container, tmp_pat
         packed = write_tar_gz(tmp_path / "r.tar.gz", {"rank0.json": text})
     else:
         packed = write_zip(tmp_path / "r.zip", {"rank0.json.gz": gzip.compress(text.encode())})
-    rows = "SELECT * EXCLUDE (run_id) FROM events WHERE run_id = ? ORDER BY ALL"
-    ranks = "SELECT * EXCLUDE (run_id, file_name) FROM ranks WHERE run_id = ?"
-    got = {}
-    for label, path in (("plain", plain), ("packed", packed)):
-        con = connect(":memory:")
-        res = ingest_paths(con, [path], limits=Limits(part_bytes=8192))
-        assert res.errors == [] and res.warnings == []
-        got[label] = (con.execute(rows, [res.run_id]).fetchall(), con.execute(ranks, [res.run_id]).fetchall(),
-                      res.run_id)
-        con.close()
+    got = {label: load(path, part_bytes=8192) for label, path in (("plain", plain), ("packed", packed))}
+    assert all(g["errors"] == [] and g["warnings"] == [] for g in got.values())
     assert got["packed"] == got["plain"]        # same rows, same rank metadata, same content hash
 
 
@@ -166,12 +180,9 @@ def test_gz_cut_into_many_ranges_and_healed(bad_cut, tmp_path, monkeypatch):
     '{"traceEvents": [' + event() + ", 5, " + event() + "]}",
 ])
 def test_errors_name_the_same_problem_as_for_plain_files(text, tmp_path):
-    plain = write(tmp_path / "t.json", text)
-    packed = write(tmp_path / "t.json.gz", text)
-    a = ingest_paths(connect(":memory:"), [plain])
-    b = ingest_paths(connect(":memory:"), [packed])   # (one store would reuse the first run)
-    assert [(e.error) for e in a.errors] == [(e.error) for e in b.errors]
-    assert [(e.error) for e in a.warnings] == [(e.error) for e in b.warnings]
+    plain, packed = ingest_both(text, tmp_path, part_bytes=None)
+    assert plain["errors"] == packed["errors"]
+    assert plain["warnings"] == packed["warnings"]
 
 
 def test_range_count_keeps_every_thread_busy_when_the_size_is_known():
@@ -192,25 +203,6 @@ def test_gzip_trailer_gives_the_range_size(tmp_path, monkeypatch):
     con.execute("SET threads = 2")
     ingest_paths(con, [path], limits=Limits(part_bytes=64 << 10))
     assert sizes == [_range_bytes(len(text.encode()), 2, 64 << 10)]
-
-
-def ingest_both(text: str, tmp_path, part_bytes: int = 4096, threads: int | None = None) -> tuple[dict, dict]:
-    """The same text loaded from X.json and from X.json.gz, each into its own store."""
-    out = []
-    for name in ("rank0.json", "rank0.json.gz"):
-        path = write(tmp_path / name.replace(".", "_") / name, text)
-        con = connect(":memory:")
-        if threads:
-            con.execute(f"SET threads = {threads}")
-        res = ingest_paths(con, [path], limits=Limits(part_bytes=part_bytes))
-        got = {"run_id": res.run_id, "errors": [e.error for e in res.errors],
-               "warnings": [e.error for e in res.warnings]}
-        if res.run_id:
-            got["rows"] = con.execute("SELECT * EXCLUDE (run_id) FROM events ORDER BY ALL").fetchall()
-            got["ranks"] = con.execute("SELECT * EXCLUDE (run_id, file_name) FROM ranks").fetchall()
-        con.close()
-        out.append(got)
-    return out[0], out[1]
 
 
 def test_cuts_in_metadata_after_the_list_are_undone(tmp_path):

@@ -21,6 +21,7 @@ HEAD_WINDOW = 1 << 20          # first look at the head; grows while a metadata 
 TAIL_WINDOW = 1 << 18          # first look at the tail after the events; grows ×4 when needed
 MAX_META_BYTES = 64 << 20      # metadata outside traceEvents larger than this is not a Kineto trace
 _EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+SINGLE_RANGE_BYTES = 2 * (1 << 16)   # an event list shorter than this is never cut into ranges
 
 
 class LayoutError(ValueError):
@@ -309,7 +310,7 @@ def split_points(path: str | os.PathLike, layout: Layout, parts: int) -> list[tu
     """
     body_start, body_end = layout.events_start + 1, layout.events_end
     ranges: list[tuple[int, int]] = []
-    if parts <= 1 or body_end - body_start < 2 * (1 << 16):
+    if parts <= 1 or body_end - body_start < SINGLE_RANGE_BYTES:
         return [(body_start, body_end)]
     step = (body_end - body_start) // parts
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:

@@ -24,7 +24,7 @@ import blake3
 from isal import igzip
 
 from ..model import FileError
-from .layout import Layout
+from .layout import SINGLE_RANGE_BYTES, Layout
 from .parse import part_counts
 from .stream_split import RangeSplitter, SplitTrace
 
@@ -65,7 +65,6 @@ class RankFile:
                           # when the text was inflated straight into parse ranges (parts)
     content_hash: str     # BLAKE3 of the JSON text, hex
     size: int
-    owned: bool           # True when path/parts are our temp files
     layout: Layout | None = None   # known already when the text was split as it was inflated
     parts: tuple[str, ...] = ()    # its '[...]' parse ranges, in order
 
@@ -80,9 +79,9 @@ class _Reading:
 
 def _inflated(display: str, member: str, result: SplitTrace | str, digest: str, size: int) -> RankFile:
     if isinstance(result, SplitTrace):
-        return RankFile(display, member, None, digest, size, owned=True, layout=result.layout,
+        return RankFile(display, member, None, digest, size, layout=result.layout,
                         parts=tuple(result.parts))
-    return RankFile(display, member, result, digest, size, owned=True)
+    return RankFile(display, member, result, digest, size)
 
 
 class InputError(Exception):
@@ -189,7 +188,6 @@ def _inflate_to_temp(stream: IO[bytes], display: str, compressed_size: int, read
 
 
 MIN_RANGE_BYTES = 4 << 20   # DuckDB costs ~1 ms per range file: 1,024 ranges of 72 KB took 1.3 s
-SINGLE_RANGE_BYTES = 2 * (1 << 16)   # below this a file is one range (as in layout.split_points)
 
 
 def _range_bytes(size_hint: int | None, threads: int, part_bytes: int) -> int:
@@ -240,7 +238,7 @@ def _plain_file(path: Path, display: str, budget: _Budget) -> RankFile:
     size = path.stat().st_size
     if not budget.take(size):
         raise InputError(display, f"refused: the inputs exceed {human_bytes(budget.limits.max_total_bytes)} in all")
-    return RankFile(display, path.name, str(path), _hash_file(path), size, owned=False)
+    return RankFile(display, path.name, str(path), _hash_file(path), size)
 
 
 def _gzip_file(path: Path, display: str, reading: _Reading) -> RankFile:

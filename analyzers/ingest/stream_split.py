@@ -58,7 +58,7 @@ class RangeSplitter:
         self.plain_path: str | None = None
         self._out = None                 # the open range (or plain) file
         self._part_len = 0
-        self._written = 0                # text bytes handed to files so far (ranges or plain)
+        self._written = 0                # text offset of the next byte written to a range
         self._size = 0
         self._events_start = -1
         self._meta: dict = {}
@@ -154,7 +154,7 @@ class RangeSplitter:
         self._out = None
         try:
             events_end, tail_meta = self._close_last_range()
-        except (LayoutError, _BeforeRanges):
+        except LayoutError:
             return self._reassemble()
         meta = dict(self._meta)
         meta.update(tail_meta)
@@ -219,10 +219,6 @@ class RangeSplitter:
             self.plain_path = None
 
 
-class _BeforeRanges(Exception):
-    """The tail scan asked for text before the event list's first byte."""
-
-
 class _TextTail:
     """The inflated text, read back from its end as far as a search asks: the ranges' contents
     (each without its own brackets) with the separators cut out between them put back, after
@@ -253,8 +249,6 @@ class _TextTail:
     def _load(self, offset: int) -> None:
         if offset >= self.base:
             return
-        if offset < 0:
-            raise _BeforeRanges()
         offset = max(0, min(offset, self.base - TAIL_BLOCK))
         sp = self.sp
         pieces: list[bytes] = []        # read back to front, joined once
