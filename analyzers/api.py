@@ -43,6 +43,11 @@ def analyze_stored_run(con: duckdb.DuckDBPyConnection, run_id: str,
     return build_report(con, run_id, errors=tuple(errors))
 
 
+def empty_report(errors: Iterable[FileError]) -> dict[str, Any]:
+    """The report when nothing could be loaded: the contract's keys, no run, the errors."""
+    return {"run": None, "errors": [e.to_dict() for e in errors], "ranks": [], "findings": [], "notes": []}
+
+
 def analyze_paths(paths: Iterable[str | os.PathLike], db_path: str | os.PathLike = ":memory:",
                   name: str | None = None) -> dict[str, Any]:
     """Ingest + analyse + report in one call; the report follows the CLI's JSON contract.
@@ -52,8 +57,6 @@ def analyze_paths(paths: Iterable[str | os.PathLike], db_path: str | os.PathLike
     con = connect(db_path)
     try:
         outcome = ingest_and_analyze(con, paths, name=name)
-        if outcome.report is not None:
-            return outcome.report
-        return {"run": None, "errors": [e.to_dict() for e in outcome.errors], "ranks": [], "findings": []}
+        return outcome.report if outcome.report is not None else empty_report(outcome.errors)
     finally:
         con.close()

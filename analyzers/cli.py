@@ -1,17 +1,20 @@
 """`python -m analyzers`: ingest traces, list and delete runs, print a run's report.
 
 The output is a contract other tools and CI jobs read (see README.md); keep it stable.
-Exit codes: 0 success, 1 a --fail-on threshold tripped, 2 nothing could be loaded / bad usage.
+Exit codes: 0 success, 1 a --fail-on threshold tripped, 2 nothing could be loaded / bad usage
+(also: the report could not be written, the store could not be opened); 130 interrupted.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-EXIT_OK, EXIT_FAIL_ON, EXIT_NOTHING_LOADED = 0, 1, 2
+EXIT_OK, EXIT_FAIL_ON, EXIT_NOTHING_LOADED, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _add_db(parser: argparse.ArgumentParser) -> None:
@@ -44,22 +47,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("json", "md", "html"), default="json")
     p.add_argument("--out", metavar="FILE", help="write the report here instead of stdout")
     p.add_argument("--fail-on", action="append", default=[], metavar="KIND[:PCT]",
-                   help="exit 1 when a finding of KIND (or 'any') costs >= PCT %% of step time (default 0); repeatable")
+                   help="exit 1 when a finding of KIND (or 'any') costs >= PCT %% of step time (default 0); "
+                        "repeatable. Findings are reported from 5%% of step time, so a PCT below 5 acts as 5")
     _add_db(p)
     return parser
 
 
+def finding_kinds() -> list[str]:
+    """The kinds --fail-on accepts: one per analysis module (their file names are their KINDs)."""
+    import pkgutil
+
+    import analyzers.analyses as package
+    return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
+
+
 def parse_fail_on(specs: Sequence[str]) -> list[tuple[str, float]]:
-    """'comm_exposed:10' -> ('comm_exposed', 10.0); 'launch_gap' -> ('launch_gap', 0.0)."""
+    """'comm_exposed:10' -> ('comm_exposed', 10.0); 'launch_gap' -> ('launch_gap', 0.0).
+
+    A misspelt kind or a threshold that is not a finite number is refused: a rule that can never
+    trip would let a CI job pass silently."""
+    kinds = finding_kinds()
     rules = []
     for spec in specs:
         kind, _, pct = spec.partition(":")
+        kind = kind.strip()
         if not kind:
             raise ValueError(f"--fail-on {spec!r}: expected KIND[:PCT]")
+        if kind != "any" and kind not in kinds:
+            raise ValueError(f"--fail-on {spec!r}: unknown finding kind {kind!r}; "
+                             f"expected 'any' or one of {', '.join(kinds)}")
         try:
-            threshold = float(pct) if pct else 0.0
+            threshold = float(pct) if pct.strip() else 0.0
         except ValueError:
             raise ValueError(f"--fail-on {spec!r}: PCT must be a number") from None
+        if not math.isfinite(threshold):
+            raise ValueError(f"--fail-on {spec!r}: PCT must be a finite number")
         rules.append((kind, threshold))
     return rules
 
@@ -80,9 +102,19 @@ def _print_errors(errors) -> None:
         print(f"error: {e.file}: {e.error}", file=sys.stderr)
 
 
+def _blank_paths(paths: Sequence[str]) -> bool:
+    """An empty argument (an unset shell variable) must not mean "the current directory"."""
+    if any(not p.strip() for p in paths):
+        print("error: an empty path was given", file=sys.stderr)
+        return True
+    return False
+
+
 def _cmd_ingest(con, args) -> int:
     from analyzers.ingest import ingest_paths
 
+    if _blank_paths(args.paths):
+        return EXIT_NOTHING_LOADED
     result = ingest_paths(con, args.paths, name=args.name)
     _print_errors(result.errors)
     for w in result.warnings:
@@ -124,12 +156,21 @@ def _cmd_runs(con, args) -> int:
 
 
 def _cmd_delete(con, args) -> int:
-    from analyzers.runs import delete_run, resolve_run_id
+    from analyzers.runs import delete_run, matching_run_ids
 
-    run_id = resolve_run_id(con, args.run_id)
-    if run_id is None or not delete_run(con, run_id):
-        print(f"error: no stored run {args.run_id!r}", file=sys.stderr)
+    wanted = args.run_id.strip()
+    if not wanted:       # an unset variable: a blank prefix would match every run
+        print("error: no run id given", file=sys.stderr)
         return EXIT_NOTHING_LOADED
+    matches = matching_run_ids(con, wanted)
+    if len(matches) > 1:
+        print(f"error: {wanted!r} matches {len(matches)} runs ({', '.join(matches[:5])}"
+              f"{', ...' if len(matches) > 5 else ''}); give more of the id", file=sys.stderr)
+        return EXIT_NOTHING_LOADED
+    if not matches or not delete_run(con, matches[0]):
+        print(f"error: no stored run {wanted!r}", file=sys.stderr)
+        return EXIT_NOTHING_LOADED
+    run_id = matches[0]
     print(f"deleted {run_id}")
     return EXIT_OK
 
@@ -144,6 +185,8 @@ def _cmd_analyze(con, args) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_NOTHING_LOADED
+    if _blank_paths(args.paths):
+        return EXIT_NOTHING_LOADED
 
     stored = resolve_run_id(con, args.paths[0]) if len(args.paths) == 1 and not Path(args.paths[0]).exists() else None
     if stored is not None:
@@ -153,7 +196,8 @@ def _cmd_analyze(con, args) -> int:
         _print_errors(outcome.errors)
         report = outcome.report
         if report is None:
-            report = {"run": None, "errors": [e.to_dict() for e in outcome.errors], "ranks": [], "findings": []}
+            from analyzers.api import empty_report
+            report = empty_report(outcome.errors)
             _emit(json.dumps(report, indent=2, default=str) if args.format == "json" else
                   "nothing could be loaded:\n" + "\n".join(f"- {e.file}: {e.error}" for e in outcome.errors),
                   args.out)
@@ -173,9 +217,16 @@ def _cmd_analyze(con, args) -> int:
     return EXIT_FAIL_ON if tripped else EXIT_OK
 
 
+class _OutputError(Exception):
+    """The report could not be written where --out asked."""
+
+
 def _emit(text: str, out: str | None) -> None:
     if out:
-        Path(out).write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+        try:
+            Path(out).write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise _OutputError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
     else:
         print(text)
 
@@ -185,14 +236,29 @@ COMMANDS = {"ingest": _cmd_ingest, "runs": _cmd_runs, "delete": _cmd_delete, "an
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from analyzers.store import connect
+    import duckdb
+
+    from analyzers.store import StoreBusy, connect_waiting
 
     try:
-        con = connect(args.db)
-    except Exception as exc:  # a locked or corrupt store file: say which, no traceback
+        con = connect_waiting(args.db)
+    except StoreBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NOTHING_LOADED
+    except Exception as exc:  # a corrupt store file, a bad path: say which, no traceback
         print(f"error: cannot open store {args.db or 'default'}: {exc}", file=sys.stderr)
         return EXIT_NOTHING_LOADED
     try:
         return COMMANDS[args.command](con, args)
+    except _OutputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NOTHING_LOADED
+    except BrokenPipeError:
+        # the reader went away (`| head`): nothing left to say; keep Python from complaining at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except (KeyboardInterrupt, duckdb.InterruptException):
+        print("interrupted (a run is stored whole or not at all)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         con.close()

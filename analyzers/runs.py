@@ -103,7 +103,16 @@ def get_marks(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[str
     return {fid: {"status": s, "note": n, "updated_at": u} for fid, s, n, u in rows}
 
 
+def matching_run_ids(con: duckdb.DuckDBPyConnection, prefix: str) -> list[str]:
+    """The stored run ids starting with prefix (none for a blank prefix, which would match all)."""
+    prefix = prefix.strip()
+    if not prefix:
+        return []
+    return [r[0] for r in con.execute("SELECT run_id FROM runs WHERE starts_with(run_id, ?) ORDER BY run_id",
+                                      [prefix]).fetchall()]
+
+
 def resolve_run_id(con: duckdb.DuckDBPyConnection, prefix: str) -> str | None:
     """A full run id from a unique prefix (as users type them from `runs` output)."""
-    rows = con.execute("SELECT run_id FROM runs WHERE starts_with(run_id, ?)", [prefix]).fetchall()
-    return rows[0][0] if len(rows) == 1 else None
+    matches = matching_run_ids(con, prefix)
+    return matches[0] if len(matches) == 1 else None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -40,6 +41,32 @@ def connect(db_path: str | os.PathLike | None = None, read_only: bool = False) -
         _retry_conflicts(lambda: _migrate(con))
         _retry_conflicts(lambda: con.execute(SCHEMA_FILE.read_text()))
     return con
+
+
+class StoreBusy(Exception):
+    """Another process holds the store file (DuckDB lets one process write a file at a time)."""
+
+
+_LOCK_WAIT_S = 10.0
+
+
+def connect_waiting(db_path: str | os.PathLike | None = None, wait_s: float = _LOCK_WAIT_S) -> duckdb.DuckDBPyConnection:
+    """connect(), waiting up to wait_s while another process holds the store (a second CLI call
+    finishing its ingest); then StoreBusy naming the file and the holder, in plain words."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return connect(db_path)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            if time.monotonic() >= deadline:
+                path = db_path if db_path is not None else default_db_path()
+                holder = re.search(r"PID (\d+)", str(exc))
+                raise StoreBusy(f"the store {path} is in use by another process"
+                                f"{f' (PID {holder.group(1)})' if holder else ''}, e.g. a running dashboard; "
+                                "close it or pass --db with another store file") from None
+            time.sleep(0.2)
 
 
 _CONFLICT_RETRIES = 8

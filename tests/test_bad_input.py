@@ -230,3 +230,64 @@ def test_the_same_file_given_twice_loads_once(con, tmp_path):
     res = ingest_paths(con, [path, path])
     assert res.ranks == [0] and [w.error for w in res.warnings] == ["given twice: loaded once"]
     assert store_counts(con)[:2] == (1, 1)
+
+
+@pytest.mark.parametrize("members", [{"README.md": "hi"}, {}, {"docs/": None}])
+def test_archive_without_trace_files_is_named(con, tmp_path, good, members):
+    import zipfile
+    z = tmp_path / "nothing.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        for name, text in members.items():
+            zf.writestr(name, text or "")
+    res = ingest_paths(con, [z, good])
+    assert errors_by_file(res) == {"nothing.zip": "the archive holds no .json or .json.gz trace files"}
+    assert res.run_id and res.ranks == [0]
+    empty_tar = write_tar_gz(tmp_path / "nothing.tar.gz", {"notes.txt": "hi"})
+    assert errors_by_file(ingest_paths(con, [empty_tar])) == \
+        {"nothing.tar.gz": "the archive holds no .json or .json.gz trace files"}
+
+
+def test_files_of_the_same_name_are_named_as_typed(con, tmp_path):
+    a = write(tmp_path / "a" / "trace.json", trace_text([event()], {"distributedInfo": {"rank": 0}}))
+    b = write(tmp_path / "b" / "trace.json", trace_text([event(), event()], {"distributedInfo": {"rank": 0}}))
+    res = ingest_paths(con, [str(a), str(b)])
+    assert errors_by_file(res) == {str(b): f"duplicate rank 0: {a} is already rank 0"}
+
+
+@pytest.mark.parametrize("rank", [-1, 10**12])
+def test_unusable_declared_rank_is_a_warning_and_the_file_loads(con, tmp_path, rank):
+    path = write(tmp_path / "rank3.json", trace_text([event()], {"distributedInfo": {"rank": rank}}))
+    res = ingest_paths(con, [path])
+    assert res.errors == [] and res.ranks == [3]
+    assert [w.file for w in res.warnings] == ["rank3.json"]
+    assert f"distributedInfo.rank {rank} is not a usable rank number" in res.warnings[0].error
+
+
+def test_full_temp_disk_fails_only_the_file_that_did_not_fit(con, tmp_path, good, monkeypatch):
+    import errno
+
+    import analyzers.ingest.parse as parse
+    big = write(tmp_path / "big" / "rank1.json", trace_text(mixed_events() * 50, {"distributedInfo": {"rank": 1}}))
+    real_copy = parse.copy_range
+
+    def copy_or_fill(src_fd, dst_fd, offset, count):   # the temp disk fills while big.json is copied
+        if os.fstat(src_fd).st_size == big.stat().st_size:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_copy(src_fd, dst_fd, offset, count)
+    monkeypatch.setattr(parse, "copy_range", copy_or_fill)
+    res = ingest_paths(con, [good, big])
+    assert res.ranks == [0]
+    message = errors_by_file(res)["rank1.json"]
+    assert "No space left on device" in message and "TRACEDOCTOR_TMPDIR" in message
+    assert_plain(message)
+
+
+def test_temp_directory_is_made_or_named_when_unusable(con, tmp_path, good, monkeypatch):
+    monkeypatch.setenv("TRACEDOCTOR_TMPDIR", str(tmp_path / "new" / "tmp"))
+    assert ingest_paths(con, [good]).ranks == [0]
+    assert (tmp_path / "new" / "tmp").is_dir()
+    blocker = write(tmp_path / "a_file", "x")
+    monkeypatch.setenv("TRACEDOCTOR_TMPDIR", str(blocker / "tmp"))
+    res = ingest_paths(con, [good], name="other")
+    assert res.run_id is None
+    assert "cannot use the temp directory" in errors_by_file(res)[str(good)]

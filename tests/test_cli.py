@@ -120,11 +120,85 @@ def test_fail_on_trips_exit_1_only_above_threshold(tmp_path):
     assert launch_gaps, report["findings"]
     worst = launch_gaps[0]
     assert worst["cost_pct"] > 50
-    assert run_cli("analyze", str(path), "--fail-on", "no_such_kind", db=db).returncode == 0
     assert run_cli("analyze", str(path), "--fail-on", "any:100.1", db=db).returncode == 0
     tripped = run_cli("analyze", str(path), "--fail-on", f"launch_gap:{worst['cost_pct'] - 0.01}", db=db)
     assert tripped.returncode == 1 and worst["id"] in tripped.stderr
     assert run_cli("analyze", str(path), "--fail-on", "x:notanumber", db=db).returncode == 2
+
+
+@pytest.mark.parametrize("spec", ["no_such_kind", "LAUNCH_GAP", "launch-gap", "launch_gap:nan", "launch_gap:inf", ":5"])
+def test_fail_on_rule_that_could_never_trip_is_a_usage_error(job, tmp_path, spec):
+    # a misspelt kind or a NaN threshold used to be accepted and never trip: CI passed silently
+    proc = run_cli("analyze", str(job), "--fail-on", spec, db=tmp_path / "s.duckdb")
+    assert proc.returncode == 2 and "--fail-on" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_blank_ids_and_paths_are_refused_not_read_as_everything(job, tmp_path):
+    db = tmp_path / "store.duckdb"
+    run_id = run_cli("ingest", str(job), db=db).stdout.strip()
+    # an unset shell variable: "" is a prefix of every run id, and Path("") is the current directory
+    for blank in ("", "  "):
+        proc = run_cli("delete", blank, db=db)
+        assert proc.returncode == 2 and "no run id" in proc.stderr
+        assert run_cli("analyze", blank, db=db).returncode == 2
+        assert run_cli("ingest", blank, db=db).returncode == 2
+    assert [r["run_id"] for r in json.loads(run_cli("runs", "--format", "json", db=db).stdout)] == [run_id]
+
+
+def test_delete_with_an_ambiguous_prefix_names_the_matches(tmp_path):
+    from analyzers.ingest import ingest_paths
+    from analyzers.store import connect
+    db = tmp_path / "store.duckdb"
+    con = connect(db)
+    ids = set()
+    for k in range(40):    # enough runs that two ids share a first hex digit
+        path = tmp_path / f"t{k}.json"
+        path.write_text(json.dumps(_trace(0, 1, kernel_us=50.0 + k, gap_us=10.0, steps=1)))
+        ids.add(ingest_paths(con, [path]).run_id)
+    con.close()
+    first = sorted(ids)[0][0]
+    sharing = sorted(i for i in ids if i.startswith(first))
+    assert len(sharing) > 1
+    proc = run_cli("delete", first, db=db)
+    assert proc.returncode == 2 and f"matches {len(sharing)} runs" in proc.stderr
+    assert len(json.loads(run_cli("runs", "--format", "json", db=db).stdout)) == 40
+
+
+def test_report_that_cannot_be_written_is_one_line_exit_2(job, tmp_path):
+    for out in (tmp_path / "missing" / "r.json", tmp_path):
+        proc = run_cli("analyze", str(job), "--out", str(out), db=tmp_path / "s.duckdb")
+        assert proc.returncode == 2 and "cannot write the report" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_nothing_loaded_report_keeps_every_contract_key(tmp_path):
+    bad = tmp_path / "empty.json"
+    bad.write_text("")
+    report = json.loads(run_cli("analyze", str(bad), db=tmp_path / "s.duckdb").stdout)
+    assert set(report) == {"run", "errors", "ranks", "findings", "notes"}
+
+
+def test_a_store_held_by_another_process_is_named_in_plain_words(job, tmp_path):
+    import duckdb
+    db = tmp_path / "held.duckdb"
+    holder = duckdb.connect(str(db))
+    try:
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        code = ("import analyzers.store as s, sys; s._LOCK_WAIT_S = 0.5; "
+                "from analyzers.cli import main; sys.exit(main(sys.argv[1:]))")
+        proc = subprocess.run([sys.executable, "-c", code, "runs", "--db", str(db)], capture_output=True,
+                              text=True, env=env, timeout=120)
+    finally:
+        holder.close()
+    assert proc.returncode == 2
+    assert "in use by another process" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_output_piped_into_head_ends_quietly(job, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.run(f"{sys.executable} -m analyzers analyze {job} --db {tmp_path / 's.duckdb'} | head -c 10",
+                          shell=True, capture_output=True, text=True, env=env, timeout=300)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
 
 
 def test_delete_removes_the_run(job, tmp_path):

@@ -356,3 +356,32 @@ def test_threads_opening_one_store_at_once_all_succeed(tmp_path, old_store):
         cols = {r[0] for r in base.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'runs'").fetchall()}
         assert "content_hash" in cols and "sha256" not in cols
         base.close()
+
+
+def test_rank_from_folder_names_and_dotted_numbers(con, tmp_path):
+    # torchrun-style per-rank folders holding Kineto's own file names, and trace.N.json files,
+    # none with distributedInfo: rank 10 must not land between 1 and 2
+    d = tmp_path / "folders"
+    for rank in (0, 1, 2, 10, 11):
+        write(d / f"rank{rank}" / f"host_123{rank}.1712345678901.pt.trace.json",
+              trace_text([event()] * (rank + 1)))
+    res = ingest_paths(con, [d])
+    assert res.errors == [] and res.ranks == [0, 1, 2, 10, 11]
+    assert con.execute("SELECT rank, n_events FROM ranks ORDER BY rank").fetchall() == \
+        [(0, 1), (1, 2), (2, 3), (10, 11), (11, 12)]
+    flat = tmp_path / "flat"
+    for rank in (0, 2, 10):
+        write(flat / f"trace.{rank}.json", trace_text([event()] * (rank + 2)))
+    res = ingest_paths(con, [flat])
+    assert res.ranks == [0, 2, 10]
+    assert con.execute("SELECT rank, n_events FROM ranks WHERE run_id = ? ORDER BY rank",
+                       [res.run_id]).fetchall() == [(0, 2), (2, 4), (10, 12)]
+
+
+def test_unnumbered_files_take_ranks_in_natural_order(con, tmp_path):
+    d = tmp_path / "job"
+    for k in (1, 2, 10):
+        write(d / f"host{k}" / "trace.json", trace_text([event()] * k))
+    res = ingest_paths(con, [d])
+    assert res.ranks == [0, 1, 2]
+    assert [r[0] for r in con.execute("SELECT n_events FROM ranks ORDER BY rank").fetchall()] == [1, 2, 10]

@@ -62,7 +62,15 @@ def ingest_paths(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
         paths = [paths]
     paths = list(paths)
     limits = limits or Limits()
-    tmpdir = tempfile.mkdtemp(prefix="tracedoctor-ingest-", dir=os.environ.get(TMPDIR_ENV_VAR) or None)
+    chosen = os.environ.get(TMPDIR_ENV_VAR) or None
+    try:
+        if chosen:
+            os.makedirs(chosen, exist_ok=True)
+        tmpdir = tempfile.mkdtemp(prefix="tracedoctor-ingest-", dir=chosen)
+    except OSError as exc:
+        where = f"{chosen} (set by {TMPDIR_ENV_VAR})" if chosen else tempfile.gettempdir()
+        return IngestResult(None, [FileError(str(p), f"cannot use the temp directory {where}: "
+                                                     f"{exc.strerror or exc}") for p in paths])
     try:
         return _ingest(con, paths, name, progress, limits, tmpdir)
     finally:
@@ -88,8 +96,10 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
             warnings.append(FileError(source.display, f"unknown schemaVersion {schema!r}: loaded because its "
                                                       "events parse, but fields may be misread"))
         scanned.append((source, layout))
-    ranks, rank_errors = assign_ranks([(s.display, s.member, lay.meta) for s, lay in scanned])
+    ranks, rank_errors, rank_warnings = assign_ranks([(s.display, s.where or s.member, lay.meta)
+                                                      for s, lay in scanned])
     errors += rank_errors
+    warnings += rank_warnings
     items = sorted((_RankInput(s, lay, r) for (s, lay), r in zip(scanned, ranks) if r is not None),
                    key=lambda item: item.rank)
     for item in items:
@@ -308,8 +318,14 @@ def _parse(con: duckdb.DuckDBPyConnection, run_id: str, items: list[_RankInput],
             item.part_count = len(parts)
             rank_parts.append((item.rank, parts))
         insert_events(con, run_id, rank_parts, exact=exact, lenient=blame is not None and blame.lenient)
+    except duckdb.InterruptException:
+        raise KeyboardInterrupt from None    # Ctrl-C, not a file DuckDB refused: no retry
     except duckdb.Error as exc:
         raise _ParseFailure(blame, _plain_duckdb_error(exc), str(exc)) from None
+    except OSError as exc:   # copying its ranges into the temp directory failed (a full disk)
+        raise _ParseFailure(blame, f"could not copy the file into the temp directory {tmpdir} "
+                                   f"({exc.strerror or exc}); free space there or point {TMPDIR_ENV_VAR} "
+                                   "at a larger disk") from None
     finally:
         remove_parts(made)
 

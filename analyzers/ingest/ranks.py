@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import PurePosixPath
 from typing import Any
 
 from ..model import FileError
 
 _RANK_WORD = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)                           # rank-3, rank_3, rank3
 _TRAILING_NUMBER = re.compile(r"[-_](\d+)(?:\.pt\.trace)?\.json", re.IGNORECASE)   # worker_3.json
+# trace.3.json; at most 5 digits, so Kineto's own "host_pid.<ms timestamp>.pt.trace.json" is not one
+_DOT_NUMBER = re.compile(r"\.(\d{1,5})\.json$", re.IGNORECASE)
+MAX_RANK = 2**31 - 1   # ranks are INTEGER in the store
 _OWN_COLUMNS = ("distributedInfo", "deviceProperties", "schemaVersion", "baseTimeNanoseconds")
 
 
@@ -25,10 +29,20 @@ def int_or_none(value: Any) -> int | None:
 
 
 def rank_from_name(name: str, several_files: bool) -> int | None:
-    """rank-3 / rank3 anywhere; a bare trailing _3.json only when several files make up the run
-    (a lone "resnet50_num_workers_4.json" is not rank 4)."""
-    match = _RANK_WORD.search(name) or (_TRAILING_NUMBER.search(name) if several_files else None)
-    return int(match.group(1)) if match else None
+    """The rank a file's name or folder gives: rank-3 / rank3 in the file name; a bare trailing
+    _3.json or .3.json only when several files make up the run (a lone
+    "resnet50_num_workers_4.json" is not rank 4); else rank3/ in its folders (nearest first),
+    as torchrun log directories and per-rank profiler outputs are often laid out."""
+    parts = PurePosixPath(name.replace("\\", "/")).parts or (name,)
+    base = parts[-1]
+    match = _RANK_WORD.search(base) or (
+        (_TRAILING_NUMBER.search(base) or _DOT_NUMBER.search(base)) if several_files else None)
+    for folder in reversed(parts[:-1]):
+        if match:
+            break
+        match = _RANK_WORD.search(folder)
+    rank = int(match.group(1)) if match else None
+    return rank if rank is not None and rank <= MAX_RANK else None
 
 
 def declared_rank(meta: dict[str, Any]) -> int | None:
@@ -36,17 +50,29 @@ def declared_rank(meta: dict[str, Any]) -> int | None:
     return int_or_none(dist.get("rank")) if isinstance(dist, dict) else None
 
 
-def assign_ranks(files: list[tuple[str, str, dict]]) -> tuple[list[int | None], list[FileError]]:
-    """files: (display, member name, metadata). distributedInfo.rank, else a number in the file
-    name, else the lowest free number in input order. A second file claiming a taken rank is an
-    error naming both; its slot in the result is None."""
+def _usable(rank: int | None) -> bool:
+    return rank is not None and 0 <= rank <= MAX_RANK
+
+
+def assign_ranks(files: list[tuple[str, str, dict]]
+                 ) -> tuple[list[int | None], list[FileError], list[FileError]]:
+    """files: (display, path inside its folder or archive, metadata). distributedInfo.rank, else
+    a number in the file's name or folders, else the lowest free number in input order. A second
+    file claiming a taken rank is an error naming both; its slot in the result is None.
+    Returns (ranks, errors, warnings); a declared rank that cannot be one (negative, too large)
+    is a warning, and the file is numbered as if it had none."""
     several = len(files) > 1
     ranks: list[int | None] = [None] * len(files)
     owner: dict[int, str] = {}
     errors: list[FileError] = []
+    warnings: list[FileError] = []
     unnumbered: list[int] = []
     for index, (display, member, meta) in enumerate(files):
         rank = declared_rank(meta)
+        if rank is not None and not _usable(rank):
+            warnings.append(FileError(display, f"distributedInfo.rank {rank} is not a usable rank number; "
+                                               "the rank is taken from the file name or order instead"))
+            rank = None
         if rank is None:
             rank = rank_from_name(member, several)
         if rank is None:
@@ -62,7 +88,7 @@ def assign_ranks(files: list[tuple[str, str, dict]]) -> tuple[list[int | None], 
             next_free += 1
         owner[next_free] = files[index][0]
         ranks[index] = next_free
-    return ranks, errors
+    return ranks, errors, warnings
 
 
 def world_size(metas: list[dict[str, Any]]) -> int:

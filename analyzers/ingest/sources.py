@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import stat
 import tarfile
 import threading
@@ -67,6 +68,8 @@ class RankFile:
     size: int
     layout: Layout | None = None   # known already when the text was split as it was inflated
     parts: tuple[str, ...] = ()    # its '[...]' parse ranges, in order
+    where: str = ""       # its path inside the archive or the given directory ("rank3/trace.json"):
+                          # a rank may be named by a folder
 
 
 @dataclass
@@ -77,11 +80,12 @@ class _Reading:
     threads: int      # the parser's threads: inflated text is cut into a multiple of them
 
 
-def _inflated(display: str, member: str, result: SplitTrace | str, digest: str, size: int) -> RankFile:
+def _inflated(display: str, member: str, result: SplitTrace | str, digest: str, size: int,
+              where: str = "") -> RankFile:
     if isinstance(result, SplitTrace):
         return RankFile(display, member, None, digest, size, layout=result.layout,
-                        parts=tuple(result.parts))
-    return RankFile(display, member, result, digest, size)
+                        parts=tuple(result.parts), where=where)
+    return RankFile(display, member, result, digest, size, where=where)
 
 
 class InputError(Exception):
@@ -234,19 +238,19 @@ def _gz_holds_tar(path: Path) -> bool:
     return len(head) >= 262 and head[257:262] == b"ustar"
 
 
-def _plain_file(path: Path, display: str, budget: _Budget) -> RankFile:
+def _plain_file(path: Path, display: str, budget: _Budget, where: str) -> RankFile:
     size = path.stat().st_size
     if not budget.take(size):
         raise InputError(display, f"refused: the inputs exceed {human_bytes(budget.limits.max_total_bytes)} in all")
-    return RankFile(display, path.name, str(path), _hash_file(path), size)
+    return RankFile(display, path.name, str(path), _hash_file(path), size, where=where)
 
 
-def _gzip_file(path: Path, display: str, reading: _Reading) -> RankFile:
+def _gzip_file(path: Path, display: str, reading: _Reading, where: str) -> RankFile:
     compressed = path.stat().st_size
     with open(path, "rb") as raw:
         out, digest, size = _inflate_to_temp(raw, display, compressed, reading, gzip_inside=True,
                                              size_hint=_gzip_size_hint(path, compressed))
-    return _inflated(display, _strip_gz(path.name), out, digest, size)
+    return _inflated(display, _strip_gz(path.name), out, digest, size, where=_strip_gz(where))
 
 
 def _strip_gz(name: str) -> str:
@@ -296,7 +300,7 @@ def _zip_members(path: Path, display: str, reading: _Reading,
             except (zipfile.BadZipFile, OSError, NotImplementedError, RuntimeError) as exc:
                 errors.append(FileError(shown, f"could not read this zip member ({_plain(exc)})"))
                 continue
-            files.append(_inflated(shown, PurePosixPath(_strip_gz(name)).name, out, digest, size))
+            files.append(_inflated(shown, PurePosixPath(_strip_gz(name)).name, out, digest, size, where=name))
 
 
 def _tar_members(path: Path, display: str, reading: _Reading,
@@ -337,26 +341,47 @@ def _tar_members(path: Path, display: str, reading: _Reading,
                 except InputError as exc:
                     errors.append(FileError(exc.display, exc.message))
                     continue
-                files.append(_inflated(shown, PurePosixPath(_strip_gz(name)).name, out, digest, size))
+                files.append(_inflated(shown, PurePosixPath(_strip_gz(name)).name, out, digest, size, where=name))
     except (tarfile.TarError, OSError, EOFError) as exc:
         errors.append(FileError(display, f"the tar archive is truncated or corrupt ({_plain(exc)})"))
 
 
-def _one_file(path: Path, display: str, reading: _Reading,
+def _one_file(path: Path, display: str, where: str, reading: _Reading,
               files: list[RankFile], errors: list[FileError]) -> None:
     magic = _peek(path)
     lower = path.name.lower()
+    found_before, errors_before = len(files), len(errors)
     if magic.startswith(ZIP_MAGIC) or (lower.endswith(".zip") and not magic.startswith(GZIP_MAGIC)):
         _zip_members(path, display, reading, files, errors)
     elif magic.startswith(GZIP_MAGIC):
         if lower.endswith((".tar.gz", ".tgz")) or _gz_holds_tar(path):
             _tar_members(path, display, reading, files, errors)
         else:
-            files.append(_gzip_file(path, display, reading))
+            files.append(_gzip_file(path, display, reading, where))
+            return
     elif lower.endswith(".tar"):
         _tar_members(path, display, reading, files, errors)
     else:
-        files.append(_plain_file(path, display, reading.budget))
+        files.append(_plain_file(path, display, reading.budget, where))
+        return
+    if len(files) == found_before and len(errors) == errors_before:   # an archive with nothing to load
+        errors.append(FileError(display, "the archive holds no .json or .json.gz trace files"))
+
+
+def natural_key(text: str) -> list:
+    """Sort key putting rank2 before rank10 (digit runs compare as numbers)."""
+    return [(0, int(piece), "") if piece.isdigit() else (1, 0, piece) for piece in re.split(r"(\d+)", text) if piece]
+
+
+def _distinct_names(todo: list[tuple[Path, str, str]], paths: list) -> list[tuple[Path, str, str]]:
+    """Files given one by one are named by their base name in messages, unless two share it
+    (a/trace.json and b/trace.json): those are named as the user typed them."""
+    seen: dict[str, int] = {}
+    for _, display, _ in todo:
+        seen[display] = seen.get(display, 0) + 1
+    typed = {Path(p).expanduser(): str(p) for p in paths}
+    return [(path, typed.get(path, str(path)) if seen[display] > 1 and path in typed else display, where)
+            for path, display, where in todo]
 
 
 def collect(paths: list, tmpdir: str, limits: Limits,
@@ -367,26 +392,29 @@ def collect(paths: list, tmpdir: str, limits: Limits,
     reading = _Reading(tmpdir, _Budget(limits), threads)
     files: list[RankFile] = []
     errors: list[FileError] = []
-    todo: list[tuple[Path, str]] = []
+    todo: list[tuple[Path, str, str]] = []   # (file, name in messages, path inside the given folder)
     for given in paths:
         path = Path(given).expanduser()
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and _is_trace_name(p.name))
+            found = sorted((p for p in path.rglob("*") if p.is_file() and _is_trace_name(p.name)),
+                           key=lambda p: natural_key(p.relative_to(path).as_posix()))
             if not found:
                 errors.append(FileError(str(given), "the directory holds no .json or .json.gz trace files"))
-            todo.extend((p, str(p.relative_to(path.parent))) for p in found)
+            todo.extend((p, str(p.relative_to(path.parent)), p.relative_to(path).as_posix()) for p in found)
         elif path.is_file():
-            todo.append((path, path.name))
+            todo.append((path, path.name, path.name))
         elif path.exists():
             errors.append(FileError(str(given), "not a regular file or directory"))
         else:
             errors.append(FileError(str(given), "no such file or directory"))
-    def read_one(job: tuple[Path, str]) -> tuple[list[RankFile], list[FileError]]:
-        path, display = job
+    todo = _distinct_names(todo, paths)
+
+    def read_one(job: tuple[Path, str, str]) -> tuple[list[RankFile], list[FileError]]:
+        path, display, where = job
         found: list[RankFile] = []
         failed: list[FileError] = []
         try:
-            _one_file(path, display, reading, found, failed)
+            _one_file(path, display, where, reading, found, failed)
         except InputError as exc:
             failed.append(FileError(exc.display, exc.message))
         except OSError as exc:
