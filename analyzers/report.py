@@ -108,7 +108,9 @@ def _md_cell(value: Any) -> str:
     """A Markdown table cell: no pipe or newline from trace text can break the table, and no raw
     HTML gets through (Markdown renderers pass it on)."""
     text = html.escape(_fmt(value), quote=False)
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+    for ch in ("\\", "|", "[", "]"):   # no table cell and no link made of trace text
+        text = text.replace(ch, "\\" + ch)
+    return text.replace("\n", " ").replace("\r", " ")
 
 
 def _md_text(value: Any) -> str:

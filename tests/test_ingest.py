@@ -385,3 +385,20 @@ def test_unnumbered_files_take_ranks_in_natural_order(con, tmp_path):
     res = ingest_paths(con, [d])
     assert res.ranks == [0, 1, 2]
     assert [r[0] for r in con.execute("SELECT n_events FROM ranks ORDER BY rank").fetchall()] == [1, 2, 10]
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_late_decimal_timestamps_that_float64_rounds_to_whole_us_stay_exact(con, tmp_path, gzipped):
+    # whole-µs epoch timestamps for most of a > 4 MB file, then ".1" fractions, which float64
+    # (0.25 µs steps at epoch scale) rounds onto the whole µs: no stored value betrays them, so
+    # only a sample of the list's end can send the file to the exact path
+    base = 1_712_000_000_000_000
+    n = 60_000
+    events = [event(ts=f"{base + 10 * i}" + (".1" if i >= n - 1500 else ""), dur="1") for i in range(n)]
+    text = trace_text(events)
+    assert len(text) > 4 << 20
+    path = write(tmp_path / ("t.json.gz" if gzipped else "t.json"), text)   # write() gzips a .gz
+    res = ingest_paths(con, [path])
+    assert res.errors == [] and res.ranks == [0], res
+    got = [r[0] for r in con.execute("SELECT ts_ns FROM events WHERE run_id = ? ORDER BY ts_ns", [res.run_id]).fetchall()]
+    assert got == [(base + 10 * i) * 1000 + (100 if i >= n - 1500 else 0) for i in range(n)]

@@ -132,3 +132,10 @@ def test_report_keeps_null_values_as_null():
     got = {f["id"]: f for f in build_report(con, "syn")["findings"]}[first.finding_id]
     assert got["review"] == {"status": "to_fix", "note": None} and got["summary"] is None
     con.close()
+
+
+def test_markdown_cells_make_no_links_from_trace_text():
+    from analyzers.report import _md_cell
+    cell = _md_cell("[click](javascript:alert(1)) a|b <img>")
+    assert "[click]" not in cell and "\\[click\\]" in cell
+    assert "\\|" in cell and "<img>" not in cell

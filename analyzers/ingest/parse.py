@@ -72,24 +72,41 @@ def events_sql(exact: bool, lenient: bool) -> str:
 
 
 def predict_exact(path: str, events_start: int, body_bytes: int) -> bool:
-    """True when the first SAMPLE_BYTES of the event list (its '[' at events_start in path) hold a
-    timestamp float64 cannot keep to the ns (>= 2^43 µs with a non-zero fraction)."""
+    """True when the event list (its '[' at events_start in path) shows a timestamp float64
+    cannot keep to the ns (>= 2^43 µs with a non-zero fraction) in SAMPLE_BYTES read at its
+    start, middle and end (a trace whose first steps were written with whole µs still counts)."""
     if SAMPLE_BYTES <= 0:
         return False
+    end = events_start + body_bytes + 1
+    starts = sorted({events_start, max(events_start, events_start + (body_bytes - SAMPLE_BYTES) // 2),
+                     max(events_start, end - SAMPLE_BYTES)})
     with open(path, "rb") as fh:
-        fh.seek(events_start)
-        return _has_fractional_epoch_ts(fh.read(min(SAMPLE_BYTES, body_bytes + 1)))
+        for start in starts:
+            fh.seek(start)
+            if _has_fractional_epoch_ts(fh.read(min(SAMPLE_BYTES, end - start))):
+                return True
+    return False
 
 
 def predict_exact_ranges(parts: list[str] | tuple[str, ...]) -> bool:
-    """predict_exact for an event list held as range files: the same sample, read across them."""
+    """predict_exact for an event list held as range files: its start, a middle range and its end."""
+    if SAMPLE_BYTES <= 0 or not parts:
+        return False
     sample = bytearray()
-    for part in parts:
+    for part in parts:   # the start, across ranges as small as they come
         if len(sample) >= SAMPLE_BYTES:
             break
         with open(part, "rb") as fh:
             sample += fh.read(SAMPLE_BYTES - len(sample))
-    return SAMPLE_BYTES > 0 and _has_fractional_epoch_ts(bytes(sample))
+    if _has_fractional_epoch_ts(bytes(sample)):
+        return True
+    for part in dict.fromkeys((parts[len(parts) // 2], parts[-1])):
+        with open(part, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - SAMPLE_BYTES))
+            if _has_fractional_epoch_ts(fh.read(SAMPLE_BYTES)):
+                return True
+    return False
 
 
 def _has_fractional_epoch_ts(sample: bytes) -> bool:
