@@ -99,21 +99,35 @@ def build_context(con: duckdb.DuckDBPyConnection, run_id: str,
     for module in analysis_modules():
         extra.update(getattr(module, "DEFAULT_THRESHOLDS", {}) or {})
     ctx = AnalysisContext(run_id=run_id, thresholds=th.resolve(thresholds, extra), ranks=ranks)
-    ctx.notes.extend(run_notes_from_ranks(ranks))
+    left_out = set()
+    if any(not r.has_gpu for r in ranks.values()) and any(r.n_steps for r in ranks.values()):
+        # GPU work is counted only when launched inside the rank's steps (HTA's rule), so a
+        # rank with GPU work but no steps, in a run whose other ranks have steps, counts none
+        left_out = {row[0] for row in con.execute(
+            "SELECT DISTINCT rank FROM events WHERE run_id = ? AND kind IN ('kernel', 'memcpy', 'memset')",
+            [run_id]).fetchall()}
+    ctx.notes.extend(run_notes_from_ranks(ranks, left_out))
     return ctx
 
 
-def run_notes_from_ranks(ranks: Mapping[int, RankInfo]) -> list[str]:
-    """Plain-words caveats about what the analyses could look at."""
+def run_notes_from_ranks(ranks: Mapping[int, RankInfo], gpu_work_ranks: set[int] = frozenset()) -> list[str]:
+    """Plain-words caveats about what the analyses could look at. gpu_work_ranks: ranks with
+    GPU events at all (counted or not); a rank in it without counted activity had its work left out."""
     notes = []
-    cpu_only = sorted(r.rank for r in ranks.values() if not r.has_gpu)
+    no_counted = sorted(r.rank for r in ranks.values() if not r.has_gpu)
+    left_out = [r for r in no_counted if r in gpu_work_ranks]
+    cpu_only = [r for r in no_counted if r not in gpu_work_ranks]
     if ranks and len(cpu_only) == len(ranks):
         notes.append("The trace has no GPU activity (no kernels, copies or memsets): GPU analyses "
                      "(idle time, launch gaps, copies, communication) were skipped.")
     elif cpu_only:
         notes.append(f"Rank(s) {', '.join(map(str, cpu_only))} have no GPU activity; GPU analyses "
                      "skipped them.")
-    no_steps = sorted(r.rank for r in ranks.values() if r.n_steps == 0)
+    if left_out:
+        notes.append(f"Rank(s) {', '.join(map(str, left_out))} have GPU work but no ProfilerStep#N ranges while "
+                     "other ranks have them: only GPU work launched inside the profiled steps counts (HTA's "
+                     "rule), so GPU analyses skipped them. Profile every rank with the same schedule.")
+    no_steps = sorted(r.rank for r in ranks.values() if r.n_steps == 0 and r.rank not in left_out)
     if no_steps:
         notes.append(f"Rank(s) {', '.join(map(str, no_steps))} have no ProfilerStep#N ranges: costs "
                      "there are per whole trace (treated as one step), not per step.")

@@ -113,6 +113,6 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
             # restricted per rank (then it is 1 and says nothing about nodes)
             metrics["nodes"] = -(-int(r["world_size"]) // local_world)
         findings.append(ctx.make(KIND, f"{KIND}:r{rank}", rank=rank, cost_ns=cost_ns, summary=text,
-                                 metrics=metrics, step=r["worst_step"], t_start_ns=r["worst_start_ns"],
-                                 t_end_ns=r["worst_end_ns"]))
+                                 metrics=metrics, step=r["worst_step"], stream=r["comm_stream"],
+                                 t_start_ns=r["worst_start_ns"], t_end_ns=r["worst_end_ns"]))
     return findings

@@ -65,6 +65,6 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
                    f"({metrics['mb_per_step']:g} MB per step, {metrics['h2d_overlap_pct'] or 0:.0f}% hidden under "
                    f"compute)" + (f"; {', '.join(how)}." if how else "."))
         findings.append(ctx.make(KIND, f"{KIND}:r{rank}", rank=rank, cost_ns=cost_ns, summary=summary,
-                                 metrics=metrics, step=row["worst_step"], t_start_ns=row["largest_start_ns"],
-                                 t_end_ns=row["largest_end_ns"]))
+                                 metrics=metrics, step=row["worst_step"], stream=row["largest_stream"],
+                                 t_start_ns=row["largest_start_ns"], t_end_ns=row["largest_end_ns"]))
     return findings

@@ -58,8 +58,13 @@ def _note_single_rank(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> 
     if len(only) != 1:
         return
     r = only[0]
-    text = (f"Only rank {r['rank']} of {world[0]} is in this run: rank imbalance needs two or more "
-            "ranks' traces of the same steps.")
+    loaded = con.execute("SELECT count(*) FROM ranks WHERE run_id = ?", [run_id]).fetchone()[0]
+    if loaded > 1:   # the others are loaded, but give nothing to compare (no steps, no GPU work)
+        text = (f"Only rank {r['rank']} of the {loaded} loaded ranks has steps and work to compare: rank "
+                "imbalance needs two or more ranks' traces of the same steps.")
+    else:
+        text = (f"Only rank {r['rank']} of {world[0]} is in this run: rank imbalance needs two or more "
+                "ranks' traces of the same steps.")
     if r["comm_ns_per_step"] and r["mean_step_ns"]:
         share = 100.0 * r["comm_ns_per_step"] / r["mean_step_ns"]
         where = "collective kernels" if r["has_gpu"] else "collectives (gloo blocks the host)"
@@ -138,5 +143,5 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
         text += " It does no more work than the others, so it is late for another reason (see its other findings)."
     return [ctx.make(KIND, f"{KIND}:r{straggler}", rank=straggler, cost_ns=cost_ns, summary=text,
                      metrics=metrics, step=None if worst is None else worst["step"],
-                     t_start_ns=None if worst is None else worst["start_ns"],
-                     t_end_ns=None if worst is None else worst["end_ns"])]
+                     t_start_ns=s["wait_start_ns"] if worst is None else worst["start_ns"],
+                     t_end_ns=s["wait_end_ns"] if worst is None else worst["end_ns"])]

@@ -26,7 +26,9 @@
 --   algbw_gbps, busbw_gbps    over all sized instances, from true durations; NULL without sizes
 --   group_size                largest group size seen
 --   worst_step                the step whose collectives take longest (true durations)
---   worst_start_ns, worst_end_ns        first start / last end of that step's collectives
+--   worst_start_ns, worst_end_ns        first start / last end of that step's collectives (the
+--                             longest collective's window when there are no steps)
+--   comm_stream               the stream of the longest collective (the communication stream)
 --   by_collective             LIST per collective type, longest first: {collective, instances,
 --                             total_bytes, mean_bytes, true_ns, wait_ns, algbw_gbps, busbw_gbps}
 CREATE OR REPLACE MACRO comm_exposure(run, small_bytes := 1048576) AS TABLE
@@ -42,6 +44,11 @@ WITH rb AS MATERIALIZED (
     SELECT rank, arg_max(step, true_ns) AS worst_step, arg_max(start_ns, true_ns) AS worst_start_ns,
            arg_max(end_ns, true_ns) AS worst_end_ns
     FROM per_step GROUP BY rank
+), longest AS (
+    -- the longest collective: the window when there are no steps; its stream is the comm stream
+    SELECT rank, arg_max(start_ns, (dur_ns, -start_ns)) AS start_ns, arg_max(end_ns, (dur_ns, -start_ns)) AS end_ns,
+           arg_max(stream, (dur_ns, -start_ns)) AS stream
+    FROM inst GROUP BY rank
 ), by_type AS (
     SELECT rank, collective, count(*) AS instances, sum(bytes) AS total_bytes, avg(bytes) AS mean_bytes,
            sum(true_dur_ns) AS true_ns, sum(wait_ns) FILTER (WHERE matched) AS wait_ns,
@@ -83,11 +90,13 @@ SELECT b.rank, b.steps_divisor, b.mean_step_ns,
        s.mean_msg_bytes, s.median_msg_bytes, s.small_msg_share,
        s.total_bytes / b.steps_divisor AS bytes_per_step,
        s.algbw_gbps, s.busbw_gbps, s.group_size,
-       w.worst_step, w.worst_start_ns, w.worst_end_ns,
+       w.worst_step, coalesce(w.worst_start_ns, lg.start_ns) AS worst_start_ns,
+       coalesce(w.worst_end_ns, lg.end_ns) AS worst_end_ns, lg.stream AS comm_stream,
        t.by_collective
 FROM rb b
 JOIN sizes s ON s.rank = b.rank
 LEFT JOIN worst w ON w.rank = b.rank
+LEFT JOIN longest lg ON lg.rank = b.rank
 LEFT JOIN types t ON t.rank = b.rank
 WHERE b.comm_ns_per_step > 0;
 

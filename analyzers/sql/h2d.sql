@@ -6,12 +6,14 @@
 -- Columns:
 --   rank, copies, bytes, copy_ns (summed copy durations)
 --   exposed_ns        union(HtoD copies) minus union(compute kernels): copy time nothing hides
---                     (a pinned, non_blocking copy on a side stream would overlap compute)
+--                     (a pinned, non_blocking copy on a side stream would overlap compute);
+--                     on a rank with ProfilerSteps, inside its step_range only
 --   pageable_copies, pageable_share   copies from pageable memory, and their share of HtoD bytes (0..1)
 --   sync_copies       copies issued by a blocking call (cudaMemcpy, not ...Async)
 --   gbps              achieved bandwidth over all copies with a byte count (bytes / copy time)
 --   pageable_gbps, pinned_gbps   the same split by source memory
---   largest_bytes, largest_start_ns, largest_end_ns   the biggest copy (the window to look at)
+--   largest_bytes, largest_start_ns, largest_end_ns, largest_stream   the biggest copy (the
+--                     window to look at; by duration where copies carry no byte count)
 --   worst_step        the step with most exposed copy time
 CREATE OR REPLACE MACRO h2d_summary(run) AS TABLE
 WITH c AS (
@@ -23,7 +25,13 @@ WITH c AS (
     SELECT rank AS grp, start_ns, end_ns FROM gpu_activity(run)
     WHERE counted AND category = 'compute' AND rank IN (SELECT rank FROM c)
 ), exposed_pieces AS (
-    SELECT grp, start_ns, end_ns, dur_ns FROM interval_subtract('copy_iv', 'compute_iv')
+    -- on a rank with ProfilerSteps, only the part inside its step_range (see gap_causes)
+    SELECT p.grp, greatest(p.start_ns, coalesce(r.start_ns, p.start_ns)) AS start_ns,
+           least(p.end_ns, coalesce(r.end_ns, p.end_ns)) AS end_ns,
+           least(p.end_ns, coalesce(r.end_ns, p.end_ns)) - greatest(p.start_ns, coalesce(r.start_ns, p.start_ns)) AS dur_ns
+    FROM interval_subtract('copy_iv', 'compute_iv') p
+    LEFT JOIN step_range(run) r ON r.rank = p.grp
+    WHERE least(p.end_ns, coalesce(r.end_ns, p.end_ns)) > greatest(p.start_ns, coalesce(r.start_ns, p.start_ns))
 ), exposed AS (
     SELECT grp AS rank, sum(dur_ns) AS exposed_ns FROM exposed_pieces GROUP BY grp
 ), exposed_by_step AS (
@@ -42,10 +50,12 @@ SELECT c.rank, count(*) AS copies, sum(c.bytes) AS bytes, sum(c.dur_ns) AS copy_
        sum(c.bytes) / nullif(sum(c.dur_ns) FILTER (WHERE c.bytes IS NOT NULL), 0) AS gbps,
        sum(c.bytes) FILTER (WHERE c.pageable) / nullif(sum(c.dur_ns) FILTER (WHERE c.pageable AND c.bytes IS NOT NULL), 0) AS pageable_gbps,
        sum(c.bytes) FILTER (WHERE NOT c.pageable) / nullif(sum(c.dur_ns) FILTER (WHERE NOT c.pageable AND c.bytes IS NOT NULL), 0) AS pinned_gbps,
-       -- of equally big copies, the first (a deterministic window)
+       -- the biggest copy (by bytes; the longest where no copy says its bytes, as ROCm's);
+       -- of equals, the first: a deterministic window
        max(c.bytes) AS largest_bytes,
-       arg_max(c.start_ns, CASE WHEN c.bytes IS NOT NULL THEN (c.bytes, -c.start_ns) END) AS largest_start_ns,
-       arg_max(c.end_ns, CASE WHEN c.bytes IS NOT NULL THEN (c.bytes, -c.start_ns) END) AS largest_end_ns,
+       arg_max(c.start_ns, (coalesce(c.bytes, -1), c.dur_ns, -c.start_ns)) AS largest_start_ns,
+       arg_max(c.end_ns, (coalesce(c.bytes, -1), c.dur_ns, -c.start_ns)) AS largest_end_ns,
+       arg_max(c.stream, (coalesce(c.bytes, -1), c.dur_ns, -c.start_ns)) AS largest_stream,
        any_value(w.worst_step) AS worst_step
 FROM c
 LEFT JOIN exposed e ON e.rank = c.rank

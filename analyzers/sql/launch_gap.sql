@@ -205,6 +205,10 @@ ASOF LEFT JOIN steps(run) st ON c.grp.rank = st.rank AND c.start_ns >= st.start_
 
 
 -- gap_causes(run, min_cover_fraction, runtime_stall_min_ns): idle time per rank and cause, with the worst step.
+-- On a rank with ProfilerSteps only the idle time inside its step_range counts: a gap before
+-- the first step (warm-up, start-up) or after the last one is no step's cost, and divided by the
+-- step count it made costs larger than the steps themselves. Gaps crossing the range's edge
+-- count their inside part.
 -- Columns:
 --   rank, cause, gaps (count), idle_ns (total), longest_gap_ns
 --   long_idle_ns, long_gaps             the part in gaps of 1 ms or more (CPU busy elsewhere,
@@ -212,8 +216,19 @@ ASOF LEFT JOIN steps(run) st ON c.grp.rank = st.rank AND c.start_ns >= st.start_
 --   worst_step, worst_step_idle_ns       the step losing most to this cause
 --   worst_start_ns, worst_end_ns         the longest gap of that cause (the window to look at)
 CREATE OR REPLACE MACRO gap_causes(run, min_cover_fraction, runtime_stall_min_ns) AS TABLE
-WITH g AS (
-    SELECT * FROM gpu_idle_gaps(run, min_cover_fraction, runtime_stall_min_ns)
+WITH clipped AS (
+    SELECT gap.* REPLACE (greatest(gap.start_ns, coalesce(r.start_ns, gap.start_ns)) AS start_ns,
+                          least(gap.end_ns, coalesce(r.end_ns, gap.end_ns)) AS end_ns),
+           r.rank IS NOT NULL AS has_steps
+    FROM gpu_idle_gaps(run, min_cover_fraction, runtime_stall_min_ns) gap
+    LEFT JOIN step_range(run) r ON r.rank = gap.rank
+), g AS (
+    -- the step of a clipped gap is the one holding its (new) start
+    SELECT c.* EXCLUDE (has_steps) REPLACE (c.end_ns - c.start_ns AS dur_ns,
+                                            CASE WHEN c.has_steps THEN st.step ELSE c.step END AS step)
+    FROM clipped c
+    ASOF LEFT JOIN steps(run) st ON st.rank = c.rank AND c.start_ns >= st.start_ns
+    WHERE c.end_ns > c.start_ns
 ), per_step AS (
     SELECT rank, cause, step, sum(dur_ns) AS idle_ns FROM g WHERE step IS NOT NULL GROUP BY ALL
 ), worst_step AS (

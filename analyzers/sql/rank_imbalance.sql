@@ -237,6 +237,8 @@ FROM ranked r;
 --   lost_by_rank           LIST of {rank, lost_ns}
 --   steps                  LIST of {step, wait_ns (mean over the waiting ranks), start_ns, end_ns
 --                          (the straggler's window)}, by step
+--   wait_start_ns, wait_end_ns   the matched collective a waiting rank waited in longest (the
+--                          window to show when the trace has no ProfilerSteps)
 CREATE OR REPLACE MACRO rank_imbalance_report(run) AS TABLE
 WITH rb AS MATERIALIZED (
     SELECT * FROM rank_balance(run)
@@ -270,9 +272,15 @@ WITH rb AS MATERIALIZED (
            list({'rank': rank, 'lost_ns': lost_ns_per_step} ORDER BY rank) AS lost_by_rank
     FROM rb
     HAVING count(*) >= 2
+), longest_wait AS (
+    -- the window where the waiting shows when there are no steps to name one
+    SELECT arg_max(i.start_ns, (i.wait_ns, -i.start_ns)) AS wait_start_ns,
+           arg_max(i.end_ns, (i.wait_ns, -i.start_ns)) AS wait_end_ns
+    FROM collective_instances(run) i
+    WHERE i.matched AND i.rank NOT IN (SELECT rank FROM straggler)
 )
-SELECT summary.*, coalesce(step_rows.steps, []) AS steps
-FROM summary, step_rows;
+SELECT summary.*, coalesce(step_rows.steps, []) AS steps, longest_wait.wait_start_ns, longest_wait.wait_end_ns
+FROM summary, step_rows, longest_wait;
 
 
 -- rank_shape_differences(run, straggler): operators recorded with input shapes (record_shapes)

@@ -20,6 +20,14 @@ WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation')
 GROUP BY run_id, rank, step;
 
 
+-- step_range(run): per rank with ProfilerSteps, from the start of its first step to the end of
+-- its last. Costs "per step" count only what lies inside (warm-up work before the first step,
+-- a checkpoint after the last one, are no step's time).
+-- Columns: rank, start_ns, end_ns
+CREATE OR REPLACE MACRO step_range(run) AS TABLE
+SELECT rank, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM steps(run) GROUP BY rank;
+
+
 -- gpu_activity(run): every kernel, memcpy and memset of the run, one row each.
 -- Columns:
 --   run_id, rank, device, stream, kind ('kernel' | 'memcpy' | 'memset'), name

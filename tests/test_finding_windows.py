@@ -1,0 +1,112 @@
+"""Where a finding points and what it charges: only time inside the profiled steps is a step's
+cost, and every finding names a window, also when copies carry no byte count or the trace has no
+ProfilerSteps (planted traces with hand-computed answers)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from analyzers.api import analyze_paths
+
+BASE_US = 1_000_000.0
+
+
+class Trace:
+    """A one-rank Kineto trace: steps, kernels/copies with their launch calls, collectives."""
+
+    def __init__(self, rank: int = 0, world: int = 1):
+        self.rank, self.world = rank, world
+        self.events: list[dict] = []
+        self.correlation = 100
+
+    def step(self, n: int, ts: float, dur: float) -> None:
+        self.events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1,
+                            "ts": BASE_US + ts, "dur": dur})
+
+    def gpu(self, name: str, ts: float, dur: float, cat: str = "kernel", stream: int = 7, launch_ts: float | None = None,
+            launch: str = "cudaLaunchKernel", **args) -> None:
+        self.correlation += 1
+        start = ts - 5 if launch_ts is None else launch_ts
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": launch, "pid": 1, "tid": 1,
+                            "ts": BASE_US + start, "dur": 2, "args": {"correlation": self.correlation}})
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": BASE_US + ts,
+                            "dur": dur, "args": {"device": 0, "stream": stream, "correlation": self.correlation,
+                                                 **args}})
+
+    def write(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({
+            "schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
+            "distributedInfo": {"backend": "nccl", "rank": self.rank, "world_size": self.world},
+            "traceEvents": self.events}))
+        return path
+
+
+def findings(report: dict) -> dict[str, dict]:
+    return {f["id"]: f for f in report["findings"]}
+
+
+def test_idle_before_the_first_step_is_no_steps_cost(tmp_path):
+    # a warm-up kernel 100 ms before two 1 ms steps, each 800 us busy: the 99.9 ms hole before
+    # step 1 was charged per step (50 ms, 5010% of a 1 ms step); only the idle inside the steps
+    # counts: [100000, 100100) and [100900, 101100) = 300 us over 2 steps
+    t = Trace()
+    t.gpu("void warmup", 0, 100, launch_ts=-10)
+    t.step(1, 100_000, 1000)
+    t.step(2, 101_000, 1000)
+    for start in (100_000, 101_000):
+        t.gpu("void gemm", start + 100, 800, launch_ts=start + 10)
+    report = analyze_paths([t.write(tmp_path / "rank0.json")])
+    gap = findings(report)["launch_gap:r0"]
+    assert gap["cost_ms_per_step"] == 0.15 and gap["cost_pct"] == 15.0
+    assert BASE_US + 100_000 <= gap["start_us"] < gap["end_us"] <= BASE_US + 102_000
+    assert all(f["cost_pct"] <= 100 for f in report["findings"])
+
+
+def test_h2d_finding_without_byte_counts_points_at_the_longest_copy(tmp_path):
+    # ROCm copies carry no 'bytes': the window used to be empty
+    t = Trace()
+    t.step(1, 0, 1000)
+    t.gpu("Memcpy HtoD (Pinned -> Device)", 100, 200, cat="gpu_memcpy", stream=9, launch="cudaMemcpyAsync")
+    t.gpu("Memcpy HtoD (Pinned -> Device)", 320, 50, cat="gpu_memcpy", stream=9, launch="cudaMemcpyAsync")
+    t.gpu("void gemm", 400, 550)
+    h2d = findings(analyze_paths([t.write(tmp_path / "rank0.json")]))["h2d_stall:r0"]
+    assert (h2d["start_us"], h2d["end_us"]) == (BASE_US + 100, BASE_US + 300)
+    assert h2d["stream"] == 9 and h2d["cost_ms_per_step"] == 0.25
+
+
+def test_comm_and_imbalance_findings_have_windows_without_steps(tmp_path):
+    # two ranks, no ProfilerStep: rank 1 computes 300 us longer, so rank 0 waits in the
+    # all-reduce; both findings used to have no window
+    paths = []
+    for rank, work in ((0, 400), (1, 700)):
+        t = Trace(rank, 2)
+        t.gpu("void gemm", 0, work)
+        # each rank's all-reduce starts after its own compute and ends when the slower rank's does
+        t.gpu("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", work, 800 - work,
+              stream=20, **{"Collective name": "allreduce", "In msg nelems": 1 << 20, "dtype": "Float",
+                            "Group size": 2})
+        paths.append(t.write(tmp_path / f"rank{rank}.json"))
+    found = findings(analyze_paths(paths))
+    assert found["rank_imbalance:r1"]["cost_ms_per_step"] == 0.3
+    # rank 0 waited 300 us in its all-reduce [400, 800)
+    assert (found["rank_imbalance:r1"]["start_us"], found["rank_imbalance:r1"]["end_us"]) == (BASE_US + 400, BASE_US + 800)
+    for f in found.values():
+        if f["kind"] in ("comm_exposed", "rank_imbalance"):
+            assert f["start_us"] is not None and f["end_us"] > f["start_us"], f
+    assert all(f["stream"] == 20 for f in found.values() if f["kind"] == "comm_exposed")
+
+
+def test_a_rank_without_steps_beside_ranks_with_steps_is_explained(tmp_path):
+    stepped = Trace(0, 2)
+    stepped.step(1, 0, 1000)
+    stepped.step(2, 1000, 1000)
+    stepped.gpu("void gemm", 100, 800)
+    stepped.gpu("void gemm", 1100, 800)
+    bare = Trace(1, 2)
+    bare.gpu("void gemm", 100, 400)
+    bare.gpu("void gemm", 1000, 400)
+    notes = analyze_paths([stepped.write(tmp_path / "rank0.json"), bare.write(tmp_path / "rank1.json")])["notes"]
+    assert any("Rank(s) 1 have GPU work but no ProfilerStep#N ranges" in n for n in notes), notes
+    assert not any("have no GPU activity" in n for n in notes), notes
+    assert any("Only rank 0 of the 2 loaded ranks" in n for n in notes), notes
