@@ -379,7 +379,7 @@ _FIX_LIST = [
             "                          metrics=finding[\"metrics\"])  # workers, pin_memory, prefetch\n"
         ),
         description=(
-            "When the training loop waits in DataLoader.__next__, loading runs serially with "
+            "When the training loop waits in `DataLoader.__next__`, loading runs serially with "
             "compute. Worker processes load the next batches in parallel; pin_memory makes the "
             "H2D copy asynchronous; persistent workers skip the restart each epoch. Cannot help "
             "past one worker per core for CPU-bound decoding, nor when storage is the limit."

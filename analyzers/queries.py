@@ -70,9 +70,14 @@ _STEP_WINDOWS = f"""
         GROUP BY g.rank, l.step
     ),
     gpu_steps AS (
-        SELECT rank, step, first_start AS t0,
-               coalesce(lead(first_start) OVER (PARTITION BY rank ORDER BY step), last_end) AS t1
-        FROM launched
+        -- a step runs on the GPU from its first work to the next step's; the last one, with no
+        -- next, as long as its host step (the GPU clock trails the host by the launch lag), or to
+        -- its last work if that is later (ending it at its last kernel made it the one short step
+        -- of every heatmap)
+        SELECT l.rank, l.step, l.first_start AS t0,
+               coalesce(lead(l.first_start) OVER (PARTITION BY l.rank ORDER BY l.step),
+                        greatest(l.last_end, l.first_start + coalesce(h.t1 - h.t0, 0))) AS t1
+        FROM launched l LEFT JOIN host_steps h ON h.rank = l.rank AND h.step = l.step
     ),
     windows AS (
         SELECT rank, step, t0, t1 FROM gpu_steps WHERE t1 > t0

@@ -14,7 +14,7 @@ KIND_TITLES = {
     "runtime_stall": "Slow CUDA runtime calls (allocator, start-up) stall the GPU",
     "fp32_matmul": "Matmuls and convolutions in FP32 on CUDA cores, not tensor cores",
     "h2d_stall": "Host-to-device copies stall the GPU",
-    "dataloader_stall": "The data loader starves the GPU",
+    "dataloader_stall": "The data loader starves the training loop",
     "rank_imbalance": "Unbalanced ranks (a straggler)",
     "comm_exposed": "Communication not hidden behind compute",
 }

@@ -291,3 +291,28 @@ def test_temp_directory_is_made_or_named_when_unusable(con, tmp_path, good, monk
     res = ingest_paths(con, [good], name="other")
     assert res.run_id is None
     assert "cannot use the temp directory" in errors_by_file(res)[str(good)]
+
+
+def test_files_of_different_jobs_are_flagged(con, tmp_path):
+    one = write(tmp_path / "single" / "trace.json", trace_text([event()], {"distributedInfo": {"rank": 0, "world_size": 1}}))
+    job = write(tmp_path / "job" / "rank1.json", trace_text([event()], {"distributedInfo": {"rank": 1, "world_size": 2}}))
+    res = ingest_paths(con, [one, job])
+    assert res.ranks == [0, 1]
+    assert any("disagree on the job's world size (1 in trace.json, 2 in rank1.json)" in w.error for w in res.warnings)
+
+
+def test_a_directory_of_thousands_of_json_files_is_refused_at_once(con, tmp_path, good):
+    crowded = tmp_path / "home"
+    for k in range(6):
+        write(crowded / f"cache{k}.json", "{}")
+    res = ingest_paths(con, [crowded, good], limits=Limits(max_files_per_dir=5))
+    assert errors_by_file(res) == {str(crowded): "refused: the directory holds 6 .json files (the limit is 5); "
+                                                 "give the folder of one job's traces"}
+    assert res.ranks == [0]
+
+
+def test_the_run_is_named_after_the_first_input_that_loaded(con, tmp_path, good):
+    empty = write(tmp_path / "empty.json", "")
+    res = ingest_paths(con, [empty, good])
+    assert res.ranks == [0]
+    assert con.execute("SELECT name FROM runs WHERE run_id = ?", [res.run_id]).fetchone()[0] == "rank0"

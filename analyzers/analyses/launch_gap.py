@@ -79,7 +79,8 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
             summary += (f" {100 * long_share:.0f}% of it is in {row['long_gaps']} gaps of 1 ms or more: the CPU "
                         "was busy with other work there; look at the CPU timeline in that window.")
         if tr:
-            summary += (f" {metrics['tiny_kernel_runs_per_step']:g} runs of tiny kernels per step could be "
+            runs = metrics["tiny_kernel_runs_per_step"]
+            summary += (f" {runs:g} run{'' if runs == 1 else 's'} of tiny kernels per step could be "
                         "captured in a CUDA graph or fused.")
         findings.append(ctx.make(KIND, f"{KIND}:r{rank}", rank=rank, cost_ns=cost_ns, summary=summary,
                                  metrics=metrics, step=row["worst_step"], t_start_ns=row["worst_start_ns"],

@@ -93,7 +93,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
         # Shapes only mean something where every rank runs the same program (data parallel);
         # pipeline stages (send/recv) run different layers with different shapes by design.
         shapes = rows(con, "SELECT name, straggler_dims, other_dims, n_calls FROM rank_shape_differences(?, ?) "
-                           "ORDER BY n_calls DESC, name LIMIT 5", [run_id, straggler])
+                           "ORDER BY n_calls DESC, name, straggler_dims LIMIT 5", [run_id, straggler])
     world = con.execute("SELECT world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()
 
     imbalance_pct = float(s["imbalance_pct"] or 0.0)

@@ -100,6 +100,7 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
                                                       for s, lay in scanned])
     errors += rank_errors
     warnings += rank_warnings
+    warnings += _world_size_mismatch([(s.display, lay.meta) for (s, lay), r in zip(scanned, ranks) if r is not None])
     items = sorted((_RankInput(s, lay, r) for (s, lay), r in zip(scanned, ranks) if r is not None),
                    key=lambda item: item.rank)
     for item in items:
@@ -110,7 +111,7 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
                 item.exact = predict_exact(item.source.path, item.layout.events_start, item.layout.body_bytes)
         except OSError:
             pass    # the parse reports an unreadable file
-    run_name = name or default_name(paths)
+    run_name = name or default_name(_loaded_inputs(paths, items) or paths)
     source_text = " ".join(str(p) for p in paths)
     together = True
     conflicts = 0
@@ -147,6 +148,36 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
 
 _MAX_CONFLICTS = 2
 _CONFLICT_WAIT_S = 30.0
+
+
+def _loaded_inputs(paths: list, items: list[_RankInput]) -> list:
+    """The inputs that gave at least one rank file (the run is named after the first of them,
+    not after a file that failed)."""
+    displays = [item.source.display for item in items]
+    loaded = []
+    for given in paths:
+        names = {str(given), Path(str(given)).expanduser().name}
+        if any(d in names or any(d.startswith(n + sep) for n in names for sep in ("/", ":", os.sep))
+               for d in displays):
+            loaded.append(given)
+    return loaded
+
+
+def _world_size_mismatch(files: list[tuple[str, dict]]) -> list[FileError]:
+    """A warning when the files' distributedInfo disagree on the job's world size: traces of
+    different jobs loaded as one run give meaningless rank comparisons."""
+    sizes: dict[int, str] = {}
+    for display, meta in files:
+        dist = meta.get("distributedInfo")
+        size = dist.get("world_size") if isinstance(dist, dict) else None
+        if isinstance(size, int) and not isinstance(size, bool):
+            sizes.setdefault(size, display)
+    if len(sizes) < 2:
+        return []
+    listed = ", ".join(f"{size} in {display}" for size, display in sorted(sizes.items()))
+    return [FileError(next(iter(sizes.values())),
+                      f"the files disagree on the job's world size ({listed}): they may come from different "
+                      "jobs; load each job as its own run")]
 
 
 def _drop_repeated_content(files: list[RankFile], warnings: list[FileError]) -> list[RankFile]:

@@ -51,11 +51,15 @@ class Limits:
       multiple of the thread count in all (parse.part_counts). DuckDB's JSON reader holds about
       a range per thread in memory: at 1 GB, 16 MiB ranges peaked at 383-399 MiB against
       438-473 MiB with 32-256 MiB ones, as fast; 4 MiB ranges cost 5% more CPU and 721 MiB.
+    - max_files_per_dir: .json/.json.gz files a directory given as input may hold (8192 ranks:
+      the largest jobs whose traces anyone loads whole); more means the wrong folder (a home
+      directory's package caches took minutes to read and refuse file by file).
     """
     max_total_bytes: int = 16 << 30
     max_ratio: float = 200.0
     ratio_floor: int = 64 << 20
     part_bytes: int = 16 << 20
+    max_files_per_dir: int = 8192
 
 
 @dataclass
@@ -400,6 +404,11 @@ def collect(paths: list, tmpdir: str, limits: Limits,
                            key=lambda p: natural_key(p.relative_to(path).as_posix()))
             if not found:
                 errors.append(FileError(str(given), "the directory holds no .json or .json.gz trace files"))
+            if len(found) > limits.max_files_per_dir:
+                errors.append(FileError(str(given), f"refused: the directory holds {len(found)} .json files (the "
+                                                    f"limit is {limits.max_files_per_dir}); give the folder of "
+                                                    "one job's traces"))
+                continue
             todo.extend((p, str(p.relative_to(path.parent)), p.relative_to(path).as_posix()) for p in found)
         elif path.is_file():
             todo.append((path, path.name, path.name))

@@ -304,7 +304,8 @@ WITH shaped AS (
     WHERE rank <> straggler AND name IN (SELECT name FROM common_ops) GROUP BY name, dims
 )
 SELECT s.name, s.dims AS straggler_dims,
-       (SELECT arg_max(o.dims, o.n_calls) FROM other_shapes o WHERE o.name = s.name) AS other_dims,
+       -- of equally frequent shapes, the first in text order: the same report on every analysis
+       (SELECT first(o.dims ORDER BY o.n_calls DESC, o.dims) FROM other_shapes o WHERE o.name = s.name) AS other_dims,
        s.n_calls
 FROM straggler_shapes s
 WHERE NOT EXISTS (SELECT 1 FROM other_shapes o WHERE o.name = s.name AND o.dims = s.dims);

@@ -29,10 +29,15 @@ comparison = queries.compare_runs(state.cur(), before, after)
 steps = comparison["steps"].set_index("run")
 delta = comparison["delta"]
 # CPU-only traces (e.g. gloo demos) have step times but no GPU time to split into compute/idle.
-cpu_only = state.is_cpu_only(before) and state.is_cpu_only(after)
-if cpu_only:
+# With either run CPU-only the GPU parts cannot be compared (one side has none): step times only.
+before_cpu, after_cpu = state.is_cpu_only(before), state.is_cpu_only(after)
+cpu_only = before_cpu or after_cpu
+if before_cpu and after_cpu:
     st.info("Both runs are CPU-only traces (no kernels or copies): step times and finding costs are compared; "
             "there is no GPU time to break down.")
+elif cpu_only:
+    st.warning(f"The {'before' if before_cpu else 'after'} run is a CPU-only trace (no kernels or copies): "
+               "only step times and finding costs compare; GPU time is not broken down.")
 cols = st.columns(5)
 for col, (part, title) in zip(cols, [("mean_step_ms", "Mean step time"), ("compute_ms", "Compute / step"),
                                      ("comm_exposed_ms", "Exposed comm / step"), ("idle_ms", "GPU idle / step")]):

@@ -20,8 +20,8 @@ st.dataframe(table, hide_index=True, width="stretch")
 
 run_id = state.current_run() or all_runs[0]["run_id"]
 run = next((r for r in all_runs if r["run_id"] == run_id), all_runs[0])
-st.subheader(f"Edit {ui.md(run['name'])}")
-st.caption("Pick another run in the sidebar to edit it.")
+st.subheader("Edit the run picked in the sidebar")
+st.caption("Pick another run in the sidebar to edit it.")   # its name, as typed, is in the form below
 with st.form(f"edit-{run['run_id']}"):
     new_name = st.text_input("Name", value=run["name"], max_chars=200)
     tags = st.text_input("Tags (comma separated)", value=", ".join(run.get("tags") or []),

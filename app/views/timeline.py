@@ -92,7 +92,7 @@ bars = state.timeline_window(state.db_path(), run_id, int(t0), int(t1), tuple(so
 st.caption(f"Window {(t0 - bounds[0]) / 1e6:,.3f}–{(t1 - bounds[0]) / 1e6:,.3f} ms into the trace "
            f"({(t1 - t0) / 1e6:,.3f} ms) · {len(bars)} bars drawn, "
            f"{int(bars.loc[bars['kind'] == 'merged', 'n_events'].sum()) if len(bars) else 0} short events merged "
-           f"into grey bars. Shaded red: the finding's window.")
+           f"into grey bars." + (" Shaded red: the finding's window." if highlights else ""))
 if len(bars):
     st.plotly_chart(charts.timeline(bars, int(t0), int(t1), highlights), width="stretch", key="timeline-chart")
 else:
