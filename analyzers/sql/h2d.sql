@@ -24,14 +24,11 @@ WITH c AS (
     -- only ranks that copy at all: the sweep below is then free on runs without HtoD copies
     SELECT rank AS grp, start_ns, end_ns FROM gpu_activity(run)
     WHERE counted AND category = 'compute' AND rank IN (SELECT rank FROM c)
+), all_exposed AS (
+    SELECT grp AS rank, start_ns, end_ns FROM interval_subtract('copy_iv', 'compute_iv')
 ), exposed_pieces AS (
     -- on a rank with ProfilerSteps, only the part inside its step_range (see gap_causes)
-    SELECT p.grp, greatest(p.start_ns, coalesce(r.start_ns, p.start_ns)) AS start_ns,
-           least(p.end_ns, coalesce(r.end_ns, p.end_ns)) AS end_ns,
-           least(p.end_ns, coalesce(r.end_ns, p.end_ns)) - greatest(p.start_ns, coalesce(r.start_ns, p.start_ns)) AS dur_ns
-    FROM interval_subtract('copy_iv', 'compute_iv') p
-    LEFT JOIN step_range(run) r ON r.rank = p.grp
-    WHERE least(p.end_ns, coalesce(r.end_ns, p.end_ns)) > greatest(p.start_ns, coalesce(r.start_ns, p.start_ns))
+    SELECT rank AS grp, start_ns, end_ns, end_ns - start_ns AS dur_ns FROM in_step_range(run, 'all_exposed')
 ), exposed AS (
     SELECT grp AS rank, sum(dur_ns) AS exposed_ns FROM exposed_pieces GROUP BY grp
 ), exposed_by_step AS (

@@ -216,19 +216,14 @@ ASOF LEFT JOIN steps(run) st ON c.grp.rank = st.rank AND c.start_ns >= st.start_
 --   worst_step, worst_step_idle_ns       the step losing most to this cause
 --   worst_start_ns, worst_end_ns         the longest gap of that cause (the window to look at)
 CREATE OR REPLACE MACRO gap_causes(run, min_cover_fraction, runtime_stall_min_ns) AS TABLE
-WITH clipped AS (
-    SELECT gap.* REPLACE (greatest(gap.start_ns, coalesce(r.start_ns, gap.start_ns)) AS start_ns,
-                          least(gap.end_ns, coalesce(r.end_ns, gap.end_ns)) AS end_ns),
-           r.rank IS NOT NULL AS has_steps
-    FROM gpu_idle_gaps(run, min_cover_fraction, runtime_stall_min_ns) gap
-    LEFT JOIN step_range(run) r ON r.rank = gap.rank
+WITH all_gaps AS (
+    SELECT * FROM gpu_idle_gaps(run, min_cover_fraction, runtime_stall_min_ns)
 ), g AS (
     -- the step of a clipped gap is the one holding its (new) start
     SELECT c.* EXCLUDE (has_steps) REPLACE (c.end_ns - c.start_ns AS dur_ns,
                                             CASE WHEN c.has_steps THEN st.step ELSE c.step END AS step)
-    FROM clipped c
+    FROM in_step_range(run, 'all_gaps') c
     ASOF LEFT JOIN steps(run) st ON st.rank = c.rank AND c.start_ns >= st.start_ns
-    WHERE c.end_ns > c.start_ns
 ), per_step AS (
     SELECT rank, cause, step, sum(dur_ns) AS idle_ns FROM g WHERE step IS NOT NULL GROUP BY ALL
 ), worst_step AS (

@@ -28,6 +28,19 @@ CREATE OR REPLACE MACRO step_range(run) AS TABLE
 SELECT rank, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM steps(run) GROUP BY rank;
 
 
+-- in_step_range(run, tbl): the rows of table/CTE `tbl` (any columns, with rank, start_ns,
+-- end_ns) clipped to their rank's step_range; rows wholly outside it are dropped, rows of ranks
+-- without steps pass unchanged. Adds has_steps (BOOLEAN). A dur_ns column is NOT updated.
+CREATE OR REPLACE MACRO in_step_range(run, tbl) AS TABLE
+SELECT * FROM (
+    SELECT i.* REPLACE (greatest(i.start_ns, coalesce(r.start_ns, i.start_ns)) AS start_ns,
+                        least(i.end_ns, coalesce(r.end_ns, i.end_ns)) AS end_ns),
+           r.rank IS NOT NULL AS has_steps
+    FROM query_table(tbl) i LEFT JOIN step_range(run) r ON r.rank = i.rank
+)
+WHERE end_ns > start_ns;
+
+
 -- gpu_activity(run): every kernel, memcpy and memset of the run, one row each.
 -- Columns:
 --   run_id, rank, device, stream, kind ('kernel' | 'memcpy' | 'memset'), name
