@@ -53,20 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def finding_kinds() -> list[str]:
-    """The kinds --fail-on accepts: one per analysis module (their file names are their KINDs)."""
-    import pkgutil
-
-    import analyzers.analyses as package
-    return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
-
-
 def parse_fail_on(specs: Sequence[str]) -> list[tuple[str, float]]:
     """'comm_exposed:10' -> ('comm_exposed', 10.0); 'launch_gap' -> ('launch_gap', 0.0).
 
     A misspelt kind or a threshold that is not a finite number is refused: a rule that can never
     trip would let a CI job pass silently."""
-    kinds = finding_kinds()
+    if not specs:
+        return []
+    from analyzers.findings import analysis_modules
+    kinds = sorted(module.KIND for module in analysis_modules())
     rules = []
     for spec in specs:
         kind, _, pct = spec.partition(":")

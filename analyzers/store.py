@@ -50,10 +50,12 @@ class StoreBusy(Exception):
 _LOCK_WAIT_S = 10.0
 
 
-def connect_waiting(db_path: str | os.PathLike | None = None, wait_s: float = _LOCK_WAIT_S) -> duckdb.DuckDBPyConnection:
-    """connect(), waiting up to wait_s while another process holds the store (a second CLI call
-    finishing its ingest); then StoreBusy naming the file and the holder, in plain words."""
-    deadline = time.monotonic() + wait_s
+def connect_waiting(db_path: str | os.PathLike | None = None,
+                    wait_s: float | None = None) -> duckdb.DuckDBPyConnection:
+    """connect(), waiting up to wait_s (default _LOCK_WAIT_S) while another process holds the
+    store (a second CLI call finishing its ingest); then StoreBusy naming the file and the
+    holder, in plain words."""
+    deadline = time.monotonic() + (_LOCK_WAIT_S if wait_s is None else wait_s)
     while True:
         try:
             return connect(db_path)

@@ -25,7 +25,7 @@ from ..model import FileError, IngestResult
 from .layout import Layout, LayoutError, scan_layout
 from .parse import (delete_dropped, delete_rank, insert_events, join_parts, needs_exact, part_counts, predict_exact,
                     predict_exact_ranges, rank_counts, remove_parts, write_parts)
-from .ranks import assign_ranks, rank_columns, world_size
+from .ranks import assign_ranks, rank_columns, world_size, world_size_mismatch
 from .sources import Limits, RankFile, collect
 
 KNOWN_SCHEMA_VERSIONS = {"1"}
@@ -96,11 +96,11 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
             warnings.append(FileError(source.display, f"unknown schemaVersion {schema!r}: loaded because its "
                                                       "events parse, but fields may be misread"))
         scanned.append((source, layout))
-    ranks, rank_errors, rank_warnings = assign_ranks([(s.display, s.where or s.member, lay.meta)
+    ranks, rank_errors, rank_warnings = assign_ranks([(s.display, s.where, lay.meta)
                                                       for s, lay in scanned])
     errors += rank_errors
     warnings += rank_warnings
-    warnings += _world_size_mismatch([(s.display, lay.meta) for (s, lay), r in zip(scanned, ranks) if r is not None])
+    warnings += world_size_mismatch([(s.display, lay.meta) for (s, lay), r in zip(scanned, ranks) if r is not None])
     items = sorted((_RankInput(s, lay, r) for (s, lay), r in zip(scanned, ranks) if r is not None),
                    key=lambda item: item.rank)
     for item in items:
@@ -151,33 +151,10 @@ _CONFLICT_WAIT_S = 30.0
 
 
 def _loaded_inputs(paths: list, items: list[_RankInput]) -> list:
-    """The inputs that gave at least one rank file (the run is named after the first of them,
-    not after a file that failed)."""
-    displays = [item.source.display for item in items]
-    loaded = []
-    for given in paths:
-        names = {str(given), Path(str(given)).expanduser().name}
-        if any(d in names or any(d.startswith(n + sep) for n in names for sep in ("/", ":", os.sep))
-               for d in displays):
-            loaded.append(given)
-    return loaded
-
-
-def _world_size_mismatch(files: list[tuple[str, dict]]) -> list[FileError]:
-    """A warning when the files' distributedInfo disagree on the job's world size: traces of
-    different jobs loaded as one run give meaningless rank comparisons."""
-    sizes: dict[int, str] = {}
-    for display, meta in files:
-        dist = meta.get("distributedInfo")
-        size = dist.get("world_size") if isinstance(dist, dict) else None
-        if isinstance(size, int) and not isinstance(size, bool):
-            sizes.setdefault(size, display)
-    if len(sizes) < 2:
-        return []
-    listed = ", ".join(f"{size} in {display}" for size, display in sorted(sizes.items()))
-    return [FileError(next(iter(sizes.values())),
-                      f"the files disagree on the job's world size ({listed}): they may come from different "
-                      "jobs; load each job as its own run")]
+    """The inputs that gave at least one rank file, in the order given (the run is named after
+    the first of them, not after a file that failed)."""
+    origins = {item.source.origin for item in items}
+    return [given for given in paths if str(given) in origins]
 
 
 def _drop_repeated_content(files: list[RankFile], warnings: list[FileError]) -> list[RankFile]:

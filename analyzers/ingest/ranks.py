@@ -91,15 +91,31 @@ def assign_ranks(files: list[tuple[str, str, dict]]
     return ranks, errors, warnings
 
 
+def declared_world_size(meta: dict[str, Any]) -> int | None:
+    dist = meta.get("distributedInfo")
+    size = int_or_none(dist.get("world_size")) if isinstance(dist, dict) else None
+    return size if size and size > 0 else None
+
+
 def world_size(metas: list[dict[str, Any]]) -> int:
     """distributedInfo.world_size of any rank, else the number of rank files."""
-    for meta in metas:
-        dist = meta.get("distributedInfo")
-        if isinstance(dist, dict):
-            size = int_or_none(dist.get("world_size"))
-            if size and size > 0:
-                return size
-    return len(metas)
+    return next((size for size in map(declared_world_size, metas) if size), len(metas))
+
+
+def world_size_mismatch(files: list[tuple[str, dict[str, Any]]]) -> list[FileError]:
+    """files: (display, metadata). A warning when their distributedInfo disagree on the job's
+    world size: traces of different jobs loaded as one run give meaningless rank comparisons."""
+    first_with: dict[int, str] = {}
+    for display, meta in files:
+        size = declared_world_size(meta)
+        if size:
+            first_with.setdefault(size, display)
+    if len(first_with) < 2:
+        return []
+    listed = ", ".join(f"{size} in {display}" for size, display in sorted(first_with.items()))
+    return [FileError(next(iter(first_with.values())),
+                      f"the files disagree on the job's world size ({listed}): they may come from different "
+                      "jobs; load each job as its own run")]
 
 
 def rank_columns(meta: dict[str, Any]) -> dict[str, Any]:

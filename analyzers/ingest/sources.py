@@ -74,6 +74,7 @@ class RankFile:
     parts: tuple[str, ...] = ()    # its '[...]' parse ranges, in order
     where: str = ""       # its path inside the archive or the given directory ("rank3/trace.json"):
                           # a rank may be named by a folder
+    origin: str = ""      # the input it came from, as given (a file, directory or archive)
 
 
 @dataclass
@@ -377,15 +378,17 @@ def natural_key(text: str) -> list:
     return [(0, int(piece), "") if piece.isdigit() else (1, 0, piece) for piece in re.split(r"(\d+)", text) if piece]
 
 
-def _distinct_names(todo: list[tuple[Path, str, str]], paths: list) -> list[tuple[Path, str, str]]:
+_Job = tuple[Path, str, str, str]   # (file, name in messages, path inside the given folder, input as given)
+
+
+def _distinct_names(todo: list[_Job]) -> list[_Job]:
     """Files given one by one are named by their base name in messages, unless two share it
     (a/trace.json and b/trace.json): those are named as the user typed them."""
     seen: dict[str, int] = {}
-    for _, display, _ in todo:
+    for _, display, _, _ in todo:
         seen[display] = seen.get(display, 0) + 1
-    typed = {Path(p).expanduser(): str(p) for p in paths}
-    return [(path, typed.get(path, str(path)) if seen[display] > 1 and path in typed else display, where)
-            for path, display, where in todo]
+    return [(path, given if seen[display] > 1 and Path(given).expanduser() == path else display, where, given)
+            for path, display, where, given in todo]
 
 
 def collect(paths: list, tmpdir: str, limits: Limits,
@@ -396,7 +399,7 @@ def collect(paths: list, tmpdir: str, limits: Limits,
     reading = _Reading(tmpdir, _Budget(limits), threads)
     files: list[RankFile] = []
     errors: list[FileError] = []
-    todo: list[tuple[Path, str, str]] = []   # (file, name in messages, path inside the given folder)
+    todo: list[_Job] = []
     for given in paths:
         path = Path(given).expanduser()
         if path.is_dir():
@@ -409,21 +412,24 @@ def collect(paths: list, tmpdir: str, limits: Limits,
                                                     f"limit is {limits.max_files_per_dir}); give the folder of "
                                                     "one job's traces"))
                 continue
-            todo.extend((p, str(p.relative_to(path.parent)), p.relative_to(path).as_posix()) for p in found)
+            todo.extend((p, str(p.relative_to(path.parent)), p.relative_to(path).as_posix(), str(given))
+                        for p in found)
         elif path.is_file():
-            todo.append((path, path.name, path.name))
+            todo.append((path, path.name, path.name, str(given)))
         elif path.exists():
             errors.append(FileError(str(given), "not a regular file or directory"))
         else:
             errors.append(FileError(str(given), "no such file or directory"))
-    todo = _distinct_names(todo, paths)
+    todo = _distinct_names(todo)
 
-    def read_one(job: tuple[Path, str, str]) -> tuple[list[RankFile], list[FileError]]:
-        path, display, where = job
+    def read_one(job: _Job) -> tuple[list[RankFile], list[FileError]]:
+        path, display, where, given = job
         found: list[RankFile] = []
         failed: list[FileError] = []
         try:
             _one_file(path, display, where, reading, found, failed)
+            for rank_file in found:
+                rank_file.origin = given
         except InputError as exc:
             failed.append(FileError(exc.display, exc.message))
         except OSError as exc:
