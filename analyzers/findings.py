@@ -11,10 +11,12 @@ medium, else low); findings under MIN_FINDING_PCT are dropped as noise.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import pkgutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 import duckdb
@@ -25,6 +27,24 @@ from analyzers.model import Finding
 from analyzers.sqlrun import ensure_loaded, run_cache
 
 ANALYSES_PACKAGE = "analyzers.analyses"
+
+
+def _analysis_version() -> str:
+    """A hash of the code that turns a run's events into findings (analyses, their SQL, costing,
+    thresholds, the fix registry): a run whose stored findings carry another version was analysed
+    by other code (an older TraceDoctor, or never) and is analysed again when opened."""
+    package = Path(__file__).resolve().parent
+    sources = sorted([*package.glob("analyses/*.py"), *package.glob("sql/*.sql"),
+                      *(package / name for name in ("findings.py", "thresholds.py", "metrics.py", "sqlrun.py")),
+                      package.parent / "accel" / "registry.py"])
+    digest = hashlib.blake2b(digest_size=8)
+    for source in sources:
+        if source.is_file():
+            digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()
+
+
+ANALYSIS_VERSION = _analysis_version()
 
 
 @dataclass(frozen=True)
@@ -201,6 +221,7 @@ def store_findings(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[F
                 "t_end_ns, cost_ns, cost_pct, metrics, fix_ids, summary) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [[run_id, f.finding_id, f.kind, f.severity, f.rank, f.step, f.stream, f.t_start_ns, f.t_end_ns,
                   f.cost_ns, f.cost_pct, json.dumps(f.metrics), list(f.fix_ids), f.summary] for f in findings])
+        con.execute("UPDATE runs SET analysis_version = ? WHERE run_id = ?", [ANALYSIS_VERSION, run_id])
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
@@ -235,6 +256,13 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: str,
     store_findings(con, run_id, findings)
     _remember_notes(con, run_id, notes)
     return findings
+
+
+def analysis_is_current(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    """Whether the run's stored findings come from this code (False: never analysed, e.g. loaded
+    with `python -m analyzers ingest`, or analysed by an older version)."""
+    row = con.execute("SELECT analysis_version FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return row is None or row[0] == ANALYSIS_VERSION
 
 
 def _remember_notes(con: duckdb.DuckDBPyConnection, run_id: str, notes: list[str]) -> None:

@@ -11,7 +11,8 @@ CREATE TABLE IF NOT EXISTS runs (
     content_hash VARCHAR NOT NULL,     -- BLAKE3 over the sorted per-file hashes (run_id is its first 12 hex digits)
     world_size  INTEGER,               -- from distributedInfo, else the number of rank files
     tags        VARCHAR[] DEFAULT [],  -- free-form labels ("baseline", "after-fix")
-    notes       VARCHAR DEFAULT ''
+    notes       VARCHAR DEFAULT '',
+    analysis_version VARCHAR           -- analyzers.findings.ANALYSIS_VERSION of its findings; NULL: never analysed
 );
 
 -- One row per rank file of a run.

@@ -20,10 +20,13 @@ def default_db_path() -> Path:
     return data_home / "tracedoctor" / "tracedoctor.duckdb"
 
 
-def connect(db_path: str | os.PathLike | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(db_path: str | os.PathLike | None = None, read_only: bool = False,
+            ensure_schema: bool = True) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) the store and make sure the schema exists.
 
     db_path None means default_db_path(); ":memory:" gives a throwaway in-memory store.
+    ensure_schema False skips the migration and CREATE IF NOT EXISTS statements, for a caller
+    that reopens a store it has already brought up to date (the dashboard, on every click).
     """
     path = str(db_path) if db_path is not None else str(default_db_path())
     if path != ":memory:":
@@ -37,37 +40,45 @@ def connect(db_path: str | os.PathLike | None = None, read_only: bool = False) -
     # commit. One: 100 MB peaked at 188-191 MiB instead of 227, 1 GB at 295 instead of 393,
     # as fast (bench/README.md). It only affects bulk inserts, so queries are untouched.
     con.execute("SET write_buffer_row_group_count = 1")
-    if not read_only:
+    if ensure_schema and not read_only:
         _retry_conflicts(lambda: _migrate(con))
         _retry_conflicts(lambda: con.execute(SCHEMA_FILE.read_text()))
+        _retry_conflicts(lambda: _add_columns(con))
     return con
 
 
 class StoreBusy(Exception):
     """Another process holds the store file (DuckDB lets one process write a file at a time)."""
 
+    def __init__(self, message: str, path: str, holder_pid: int | None):
+        super().__init__(message)
+        self.path = path
+        self.holder_pid = holder_pid
+
 
 _LOCK_WAIT_S = 10.0
 
 
-def connect_waiting(db_path: str | os.PathLike | None = None,
-                    wait_s: float | None = None) -> duckdb.DuckDBPyConnection:
+def connect_waiting(db_path: str | os.PathLike | None = None, wait_s: float | None = None,
+                    ensure_schema: bool = True) -> duckdb.DuckDBPyConnection:
     """connect(), waiting up to wait_s (default _LOCK_WAIT_S) while another process holds the
     store (a second CLI call finishing its ingest); then StoreBusy naming the file and the
     holder, in plain words."""
     deadline = time.monotonic() + (_LOCK_WAIT_S if wait_s is None else wait_s)
     while True:
         try:
-            return connect(db_path)
+            return connect(db_path, ensure_schema=ensure_schema)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 raise
             if time.monotonic() >= deadline:
-                path = db_path if db_path is not None else default_db_path()
+                path = str(db_path if db_path is not None else default_db_path())
                 holder = re.search(r"PID (\d+)", str(exc))
                 raise StoreBusy(f"the store {path} is in use by another process"
-                                f"{f' (PID {holder.group(1)})' if holder else ''}, e.g. a running dashboard; "
-                                "close it or pass --db with another store file") from None
+                                f"{f' (PID {holder.group(1)})' if holder else ''}, e.g. another ingest or a "
+                                "dashboard loading traces; try again when it is done, or pass --db with another "
+                                "store file",
+                                path, int(holder.group(1)) if holder else None) from None
             time.sleep(0.2)
 
 
@@ -92,6 +103,17 @@ def _retry_conflicts(step) -> None:
 # from sha256 to BLAKE3 (hashing 1 GB took 0.14 s instead of 0.63-0.89 s); runs stored before
 # keep their sha256-based ids, so the same files ingested again become a new run once.
 _RENAMED_COLUMNS = (("runs", "sha256", "content_hash"), ("ranks", "file_sha256", "file_hash"))
+
+
+# Columns added since stores were first written: (table, column, type). CREATE TABLE IF NOT EXISTS
+# leaves an older table as it is, so they are added here.
+_ADDED_COLUMNS = (("runs", "analysis_version", "VARCHAR"),)
+
+
+def _add_columns(con: duckdb.DuckDBPyConnection) -> None:
+    for table, column, sql_type in _ADDED_COLUMNS:
+        if not _has_column(con, table, column):
+            con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {sql_type}")   # names from the tuple
 
 
 def _has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:

@@ -36,8 +36,11 @@ PAGES = {
 }
 
 navigation = st.navigation(PAGES)
-state.ensure_samples_loaded()
-with st.sidebar:
-    st.markdown("### :material/stethoscope: TraceDoctor")
-    st.caption("Why is my PyTorch training job slower than it should be?")
-navigation.run()  # each page draws the run picker first (state.page_start)
+try:
+    state.ensure_samples_loaded()
+    with st.sidebar:
+        st.markdown("### :material/stethoscope: TraceDoctor")
+        st.caption("Why is my PyTorch training job slower than it should be?")
+    navigation.run()  # each page draws the run picker first (state.page_start)
+finally:
+    state.release_run_cursor()   # the store closes when no click needs it: the CLI can write to it

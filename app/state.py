@@ -1,10 +1,16 @@
-"""The dashboard's access to the store: one shared connection, a cursor per session, a write lock,
-cached query results, the sample runs loaded on start, and the run the user is looking at.
+"""The dashboard's access to the store: a connection held only while it is needed, a cursor per
+script run, a write lock, cached query results, the sample runs loaded on start, and the run the
+user is looking at.
 
-Why this shape: DuckDB allows one writer *process*, so the whole Streamlit server shares one
-connection (st.cache_resource). Sessions run on their own threads, so each gets its own cursor
-(a DuckDB cursor is a connection to the same database, safe to use from its thread). Ingest and
-the other writes take one lock so two tabs uploading at once do not conflict.
+Why this shape: DuckDB lets one process at a time open a store file, and the CLI writes to the
+same default store. A connection held for the server's life locked `python -m analyzers ingest`
+out for as long as the dashboard ran. So the server opens the store when a script run (a click)
+or a download needs it and closes it a moment after the last one is done (StoreLease); between
+clicks the CLI can write, and its runs appear in the run picker at the next click. Sessions run
+on their own threads, so each script run gets its own cursor (a DuckDB cursor is a connection to
+the same database, safe to use from its thread), taken on first use and handed back when the
+run ends (release_run_cursor, called by the entry script). Ingest and the other writes take one
+lock so two tabs uploading at once do not conflict.
 
 Everything derived from events is cached by (store, run id): a run id is the content hash of its
 files, so the same id always means the same events. Findings and marks change on re-analysis and
@@ -26,19 +32,76 @@ import streamlit as st
 from analyzers import queries
 from analyzers import runs as run_store
 from analyzers.model import FileError
-from analyzers.store import connect, default_db_path
+from analyzers.store import StoreBusy, connect_waiting, default_db_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES_ENV_VAR = "TRACEDOCTOR_SAMPLES"   # manifest to load on start; "" or "none" loads nothing
 DEFAULT_MANIFEST = REPO_ROOT / "sample_traces" / "manifest.json"
+# How long the store stays open after the last user is done: clicks in quick succession (and
+# Streamlit's own reruns) reuse it instead of reopening; short next to the CLI's 10 s wait.
+LINGER_S = 1.5
+# How long a click waits for another process (a CLI ingest) to let go of the store.
+BUSY_WAIT_S = 120.0
 
 
 @dataclass
-class Store:
-    """The process-wide connection and the lock that serialises writes."""
+class StoreLease:
+    """The server's connection to one store file, open while anyone uses it (plus LINGER_S)."""
     path: str
-    con: duckdb.DuckDBPyConnection
     write_lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _con: duckdb.DuckDBPyConnection | None = None
+    _users: int = 0
+    _generation: int = 0          # bumped by every close: a late timer must not close a newer open
+    _schema_checked: bool = False
+
+    def acquire(self, wait_s: float = 0.0) -> duckdb.DuckDBPyConnection:
+        """A cursor of its own on the store, opening it when closed; StoreBusy when another
+        process still holds the file after wait_s. Hand it back with release()."""
+        with self._lock:
+            if self._con is None:
+                self._con = connect_waiting(self.path, wait_s=wait_s, ensure_schema=not self._schema_checked)
+                self._schema_checked = True
+            self._users += 1
+            try:
+                return self._con.cursor()
+            except BaseException:
+                self._users -= 1
+                raise
+
+    def release(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        try:
+            cursor.close()
+        except duckdb.Error:
+            pass
+        with self._lock:
+            self._users -= 1
+            if self._users > 0 or self._con is None:
+                return
+            generation = self._generation
+        timer = threading.Timer(LINGER_S, self._close_if_unused, args=(generation,))
+        timer.daemon = True
+        timer.start()
+
+    def _close_if_unused(self, generation: int) -> None:
+        with self._lock:
+            if self._users == 0 and self._con is not None and self._generation == generation:
+                self._close()
+
+    def _close(self) -> None:
+        con, self._con = self._con, None
+        self._generation += 1
+        con.close()
+
+    def close_now(self) -> None:
+        """Let go of the file at once if nobody is using it (tests; a clean shutdown)."""
+        with self._lock:
+            if self._users == 0 and self._con is not None:
+                self._close()
+
+    @property
+    def is_open(self) -> bool:
+        return self._con is not None
 
 
 def db_path() -> str:
@@ -46,21 +109,50 @@ def db_path() -> str:
 
 
 @st.cache_resource(show_spinner=False)
-def _open_store(path: str) -> Store:
-    return Store(path=path, con=connect(path))
+def _lease(path: str) -> StoreLease:
+    return StoreLease(path=path)
 
 
-def store() -> Store:
-    return _open_store(db_path())
+def lease() -> StoreLease:
+    return _lease(db_path())
+
+
+_CURSOR_KEY = "_run_cursor"
 
 
 def cur() -> duckdb.DuckDBPyConnection:
-    """This session's cursor on the shared connection (created on first use)."""
-    current = store()
-    key = f"_cursor::{current.path}"
-    if key not in st.session_state:
-        st.session_state[key] = current.con.cursor()
-    return st.session_state[key]
+    """This script run's cursor on the store (taken on first use, handed back when the run ends).
+
+    When another process holds the store (a CLI ingest), the page says so and waits for it.
+    """
+    held = st.session_state.get(_CURSOR_KEY)
+    current = lease()
+    if held is not None and held[0] is current:
+        return held[1]
+    try:
+        cursor = current.acquire()
+    except StoreBusy as busy:
+        who = f"process {busy.holder_pid}" if busy.holder_pid else "another process"
+        notice = st.empty()
+        notice.info(f"The store is in use by {who} (a command-line ingest?); this page loads as soon as "
+                    f"it lets go.", icon=":material/hourglass_top:")
+        try:
+            cursor = current.acquire(wait_s=BUSY_WAIT_S)
+        except StoreBusy:
+            notice.error(f"The store is still in use by {who} after {BUSY_WAIT_S:.0f} s. Reload this page "
+                         "when it is done.", icon=":material/lock:")
+            st.stop()
+        notice.empty()
+    st.session_state[_CURSOR_KEY] = (current, cursor)
+    return cursor
+
+
+def release_run_cursor() -> None:
+    """Hand this script run's cursor back (the entry script calls it when the run ends), so the
+    store closes once no click needs it and other processes can write to it."""
+    held = st.session_state.pop(_CURSOR_KEY, None)
+    if held is not None:
+        held[0].release(held[1])
 
 
 # --------------------------------------------------------------------------- writes
@@ -74,7 +166,7 @@ def ingest(paths: list[str], name: str | None = None,
     """
     from analyzers.ingest import ingest_paths
 
-    with store().write_lock:
+    with lease().write_lock:
         result = ingest_paths(cur(), paths, name=name, progress=progress)
         outcome = {"run_id": result.run_id, "reused": result.reused, "files": list(result.files),
                    "errors": [e.to_dict() for e in result.errors],
@@ -93,14 +185,14 @@ def ingest(paths: list[str], name: str | None = None,
 def reanalyze(run_id: str) -> None:
     from analyzers.findings import analyze_run
 
-    with store().write_lock:
+    with lease().write_lock:
         analyze_run(cur(), run_id)
     st.cache_data.clear()
 
 
 def write(action: Callable[..., Any], *args: Any) -> Any:
     """Run one analyzers.runs mutation (rename, tags, notes, marks, delete) under the write lock."""
-    with store().write_lock:
+    with lease().write_lock:
         return action(cur(), *args)
 
 
@@ -140,9 +232,9 @@ def _load_samples(path: str, manifest: str | None) -> list[FileError]:
         analyze_run = None
         problems.append(FileError(manifest, f"samples loaded without findings: {exc}"))
     base = Path(manifest).parent
-    current = _open_store(path)
+    current = _lease(path)
     with current.write_lock:
-        con = current.con.cursor()
+        con = current.acquire(wait_s=BUSY_WAIT_S)
         try:
             # Newest run first everywhere (list_runs): ingest the manifest backwards so its first
             # entry, the most telling sample, is the newest and the run a new session opens on.
@@ -164,13 +256,16 @@ def _load_samples(path: str, manifest: str | None) -> list[FileError]:
                 except Exception as exc:  # one broken sample must not keep the app from opening
                     problems.append(FileError(str(entry.get("name", "?")), f"sample not loaded: {exc}"))
         finally:
-            con.close()
+            current.release(con)
     return problems
 
 
 def ensure_samples_loaded() -> list[FileError]:
     manifest = manifest_path()
-    return _load_samples(db_path(), None if manifest is None else str(manifest))
+    try:
+        return _load_samples(db_path(), None if manifest is None else str(manifest))
+    except StoreBusy as busy:   # not cached: the next click tries again
+        return [FileError(str(manifest), f"sample runs not loaded yet: {busy}")]
 
 
 # --------------------------------------------------------------------------- reads
@@ -279,12 +374,38 @@ def default_run(ids: list[str]) -> str:
 
 
 def page_start() -> str | None:
-    """Every page's first call: the sidebar run picker (and any sample-loading problems).
+    """Every page's first call: the sidebar run picker (and any sample-loading problems); the
+    picked run is analysed first when its findings are missing or stale.
 
     Pages draw it themselves rather than the entry script, so each page also runs on its own
     (streamlit.testing runs a switched-to page without re-running the entry script).
     """
-    return sidebar_run_picker(ensure_samples_loaded())
+    run_id = sidebar_run_picker(ensure_samples_loaded())
+    if run_id is not None:
+        ensure_analysed(run_id)
+    return run_id
+
+
+def ensure_analysed(run_id: str) -> None:
+    """Analyse a run whose findings are not this version's: one ingested with the CLI's `ingest`
+    (which only loads), or analysed by an older TraceDoctor whose findings would be shown as
+    current. A failure is shown, and the page goes on with what is stored."""
+    from analyzers.findings import analysis_is_current
+
+    from app.ui import md  # app.ui imports this module; import here, at call time
+
+    failed = st.session_state.setdefault("_analysis_failed", {})
+    if run_id in failed:   # tried once in this session: say so again rather than redo it on every click
+        st.error(f"The analysis of this run failed: {md(failed[run_id])}", icon=":material/error:")
+        return
+    if analysis_is_current(cur(), run_id):
+        return
+    with st.spinner("Analysing this run (its findings are missing or from an older version)…"):
+        try:
+            reanalyze(run_id)
+        except Exception as exc:
+            failed[run_id] = str(exc)
+            st.error(f"The analysis of this run failed: {md(str(exc))}", icon=":material/error:")
 
 
 def current_run() -> str | None:

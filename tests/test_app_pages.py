@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -340,3 +343,103 @@ def test_samples_open_on_the_first_manifest_entry_and_cpu_runs_compare_plainly(t
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["GPU idle / step"] == "–" and metrics["Compute / step"] == "–"
     assert metrics["Mean step time"].endswith(" ms")
+
+
+def _write_from_another_process(db: Path, hold_s: float = 0.0) -> subprocess.Popen:
+    """Another process (as the CLI would) opens the store for writing, writes, holds it hold_s."""
+    code = ("import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); "
+            "con.execute('CREATE TABLE IF NOT EXISTS cli_probe (a INTEGER)'); "
+            "con.execute('INSERT INTO cli_probe VALUES (1)'); print('held', flush=True); "
+            "time.sleep(float(sys.argv[2])); con.close()")
+    return subprocess.Popen([sys.executable, "-c", code, str(db), str(hold_s)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_the_store_is_let_go_between_clicks_so_the_cli_can_write(hand_built, monkeypatch):
+    from app import state
+
+    monkeypatch.setattr(state, "LINGER_S", 0.05)
+    at = open_app(monkeypatch, hand_built, run_id=BEFORE_RUN)
+    deadline = time.monotonic() + 10
+    while state.lease().is_open and time.monotonic() < deadline:   # the lease lives in this process
+        time.sleep(0.05)
+    assert not state.lease().is_open, "the dashboard still holds the store after the click was done"
+    writer = _write_from_another_process(hand_built)
+    out, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err
+    goto(at, "views/runs.py")   # the next click opens it again, and sees what the other process wrote
+    assert at.session_state["run_id"] == BEFORE_RUN
+    con = connect(hand_built)
+    try:
+        assert con.execute("SELECT count(*) FROM cli_probe").fetchone()[0] == 1
+    finally:
+        con.close()
+
+
+def test_a_click_waits_while_another_process_holds_the_store(hand_built, monkeypatch):
+    from app import state
+
+    monkeypatch.setattr(state, "LINGER_S", 0.05)
+    at = open_app(monkeypatch, hand_built, run_id=BEFORE_RUN)
+    deadline = time.monotonic() + 10
+    while state.lease().is_open and time.monotonic() < deadline:
+        time.sleep(0.05)
+    writer = _write_from_another_process(hand_built, hold_s=2.0)
+    assert writer.stdout.readline().strip() == "held"
+    started = time.monotonic()
+    goto(at, "views/overview.py")   # blocks until the other process lets go, then renders
+    assert time.monotonic() - started >= 1.0
+    writer.communicate(timeout=60)
+    assert at.session_state["run_id"] == BEFORE_RUN
+    assert not any("in use by" in str(e.value) for e in list(at.info) + list(at.error))   # notice cleared
+    assert at.subheader or at.markdown   # the page drew itself after the wait
+
+
+def test_a_run_loaded_by_the_cli_ingest_is_analysed_when_opened(tmp_path, monkeypatch):
+    """`python -m analyzers ingest` only loads; the Findings page must not call such a run clean."""
+    from test_cli import _trace
+
+    from analyzers.findings import ANALYSIS_VERSION, analysis_is_current
+    from analyzers.ingest import ingest_paths
+
+    trace = tmp_path / "launch_bound.json"
+    trace.write_text(json.dumps(_trace(0, 1, kernel_us=50.0, gap_us=300.0)))
+    db = tmp_path / "store.duckdb"
+    con = connect(db)
+    try:
+        run_id = ingest_paths(con, [str(trace)]).run_id
+        assert not analysis_is_current(con, run_id)
+    finally:
+        con.close()
+    at = open_app(monkeypatch, db, run_id=run_id)
+    goto(at, "views/findings.py")
+    assert "No findings" not in texts(at)
+    assert "launch" in texts(at).lower()
+    con = connect(db)
+    try:
+        assert con.execute("SELECT analysis_version FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == ANALYSIS_VERSION
+        assert con.execute("SELECT count(*) FROM findings WHERE run_id = ? AND kind = 'launch_gap'",
+                           [run_id]).fetchone()[0] == 1
+    finally:
+        con.close()
+
+
+def test_findings_of_an_older_version_are_replaced_when_the_run_is_opened(hand_built, monkeypatch):
+    con = connect(hand_built)
+    try:
+        kept = con.execute("SELECT count(*) FROM findings WHERE run_id = ?", [AFTER_RUN]).fetchone()[0]
+        con.execute("UPDATE runs SET analysis_version = 'older' WHERE run_id = ?", [BEFORE_RUN])
+        con.execute("INSERT INTO findings (run_id, finding_id, kind, severity, cost_ns, cost_pct, summary) "
+                    "VALUES (?, 'gone:r0', 'launch_gap', 'high', 1, 99.0, 'an old analysis wrote this')", [BEFORE_RUN])
+    finally:
+        con.close()
+    at = open_app(monkeypatch, hand_built, run_id=BEFORE_RUN)
+    goto(at, "views/findings.py")
+    assert "an old analysis wrote this" not in texts(at)
+    con = connect(hand_built)
+    try:
+        assert con.execute("SELECT count(*) FROM findings WHERE finding_id = 'gone:r0'").fetchone()[0] == 0
+        # the run not opened keeps its findings until it is
+        assert con.execute("SELECT count(*) FROM findings WHERE run_id = ?", [AFTER_RUN]).fetchone()[0] == kept
+    finally:
+        con.close()

@@ -219,3 +219,25 @@ def test_analyze_path_imports_no_heavy_layers(job, tmp_path):
                           capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
     assert "## " in done.stdout, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_ingest_leaves_the_run_unanalysed_and_analyze_marks_it_current(tmp_path):
+    from analyzers.findings import ANALYSIS_VERSION, analysis_is_current
+    from analyzers.store import connect
+
+    path = tmp_path / "launch_bound.json"
+    path.write_text(json.dumps(_trace(0, 1, kernel_us=50.0, gap_us=300.0)))
+    db = tmp_path / "s.duckdb"
+    run_id = run_cli("ingest", str(path), db=db).stdout.strip()
+    con = connect(db)
+    try:
+        assert not analysis_is_current(con, run_id)
+    finally:
+        con.close()
+    assert run_cli("analyze", run_id, db=db).returncode == 0
+    con = connect(db)
+    try:
+        assert analysis_is_current(con, run_id)
+        assert con.execute("SELECT analysis_version FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == ANALYSIS_VERSION
+    finally:
+        con.close()

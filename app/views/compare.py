@@ -25,6 +25,8 @@ if before == after:
     st.warning("Pick two different runs.")
     st.stop()
 
+for run_id in (before, after):   # the run picked in the sidebar was checked by page_start; the other may not be
+    state.ensure_analysed(run_id)
 comparison = queries.compare_runs(state.cur(), before, after)
 steps = comparison["steps"].set_index("run")
 delta = comparison["delta"]

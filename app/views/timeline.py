@@ -98,17 +98,17 @@ if len(bars):
 else:
     st.info("Nothing runs in this window on these ranks.")
 
-# The export is built when the button is clicked, outside this script run and its thread: it gets
+# The export is built when the button is clicked, outside this script run and its thread: it takes
 # a cursor of its own (sharing this session's cursor across threads hung the download).
-shared_connection = state.store().con
+store_lease = state.lease()
 
 
 def export_chrome_trace() -> bytes | str:
-    cursor = shared_connection.cursor()
+    cursor = store_lease.acquire(wait_s=state.BUSY_WAIT_S)
     try:
         return queries.export_window_trace(cursor, run_id, int(t0), int(t1), sorted(ranks))
     finally:
-        cursor.close()
+        store_lease.release(cursor)
 
 
 st.download_button(
