@@ -21,12 +21,17 @@ def fix_details(fix_id: str) -> dict[str, Any]:
             "needs": list(fix.needs), "demo": fix.demo}
 
 
-def measured_gain(fix_id: str, text: str | None = None) -> list[dict[str, str]]:
-    """Rows of BENCHMARKS.md tables that name this fix id (header -> cell), [] when none."""
+def measured_gain(fix_id: str, text: str | None = None, plain: bool = False) -> list[dict[str, str]]:
+    """Rows of BENCHMARKS.md tables that name this fix id (header -> cell), [] when none.
+    plain: without the cells' Markdown code marks (a table widget shows them as typed)."""
     if text is None:
         try:
             text = BENCHMARKS.read_text()
         except OSError:
             return []
-    return [dict(zip(header, cells)) for header, cells in table_rows(text)
+    rows = [dict(zip(header, cells)) for header, cells in table_rows(text)
             if any(c.strip("`* ") == fix_id for c in cells)]
+    if plain:
+        rows = [{key: value.replace("`", "").replace("**", "") for key, value in row.items()} for row in rows]
+    return rows
+

@@ -36,3 +36,8 @@ def test_fix_details_from_the_registry_and_a_placeholder_for_unknown_ids():
     unknown = fix_details("no_such_fix")
     assert unknown == {"id": "no_such_fix", "title": "no_such_fix", "description": "", "snippet": "", "needs": [],
                        "demo": "python -m accel.demo no_such_fix --out DIR"}
+
+
+def test_measured_gain_plain_drops_markdown_marks_for_the_table_widget():
+    rows = measured_gain("cuda_graph", BENCH.replace("| H100 |", "| **H100** `sm90` |"), plain=True)
+    assert rows[0]["fix"] == "cuda_graph" and rows[0]["device"] == "H100 sm90"

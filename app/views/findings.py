@@ -1,7 +1,6 @@
 """Findings ranked by cost per step: what, where, how much, the evidence, the fix, the review mark."""
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from analyzers import runs as run_store
@@ -32,7 +31,9 @@ if not found:
 kinds = sorted({f["kind"] for f in found})
 chosen = st.multiselect("Kinds", kinds, default=kinds, format_func=ui.kind_title)
 found = [f for f in found if f["kind"] in chosen]
-st.caption(f"{len(found)} findings, costliest first. Cost = GPU time lost per step, the most a fix can save.")
+cpu_only = state.is_cpu_only(run_id)
+st.caption(f"{len(found)} finding{'' if len(found) == 1 else 's'}, costliest first. Cost = "
+           f"{'time' if cpu_only else 'GPU time'} lost per step, the most a fix can save.")
 
 steps = state.step_breakdown(state.db_path(), run_id)
 origin = (state.time_bounds(state.db_path(), run_id) or (None, None))[0]
@@ -40,12 +41,14 @@ per_rank = state.rank_breakdown(state.db_path(), run_id)
 
 
 def evidence(finding: dict) -> None:
-    if finding["kind"] == "rank_imbalance" and len(per_rank) > 1:
+    if finding["kind"] == "rank_imbalance" and len(per_rank) > 1 and not cpu_only:
         # Step times are equal across ranks (collectives wait for the slowest); the work is not.
         st.plotly_chart(charts.per_rank_bars(per_rank["compute_ms"], per_rank["rank"],
                                              "GPU compute per step, per rank", highlight_rank=finding["rank"]),
                         width="stretch", key=f"ev-{finding['id']}")
     column, title = EVIDENCE_COLUMN.get(finding["kind"], ("idle_ms", "GPU idle per step"))
+    if cpu_only:   # no GPU in the trace: its idle and compute columns say nothing; the steps do
+        column, title = "step_ms", "Step time"
     rank = finding["rank"] if finding["rank"] is not None else (steps["rank"].min() if len(steps) else None)
     rank_steps = steps[steps["rank"] == rank] if rank is not None else steps.iloc[0:0]
     if finding["kind"] != "rank_imbalance" and len(rank_steps):
@@ -78,10 +81,10 @@ def fixes(finding: dict) -> None:
                 st.code(fix["snippet"], language="python")
             st.markdown("Profile it before and after on your machine:")
             st.code(fix["demo"], language="bash")
-            gains = fixinfo.measured_gain(fix_id)
+            gains = fixinfo.measured_gain(fix_id, plain=True)
             if gains:
                 st.markdown("Measured in `accel/BENCHMARKS.md`:")
-                st.dataframe(pd.DataFrame(gains), hide_index=True, width="stretch")
+                st.dataframe(gains, hide_index=True, width="stretch")
 
 
 def mark_form(finding: dict) -> None:
