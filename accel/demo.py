@@ -115,7 +115,7 @@ def run_demo(fix_id: str, out_dir: Path, device: str | None = None,
         for side, trace in (("before", result.trace_before), ("after", result.trace_after)):
             report, problem = analyze_trace(trace)
             cost = cost_pct_of_kind(report, result.finding_kind)
-            if cost == 0.0 and not has_gpu_activity(report):
+            if cost == 0.0 and not has_gpu_activity(report) and not _measured_without_gpu(result.finding_kind):
                 # Nothing found where nothing GPU-side could be measured: unknown, not zero.
                 cost = None
                 problem = (f"{side}: no GPU activity in the trace, so the analyzers cannot cost "
@@ -126,6 +126,11 @@ def run_demo(fix_id: str, out_dir: Path, device: str | None = None,
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "result.json").write_text(json.dumps(data, indent=2, default=str))
     return data
+
+
+def _measured_without_gpu(kind: str) -> bool:
+    from analyzers.findings import kinds_measured_without_gpu
+    return kind in kinds_measured_without_gpu()
 
 
 def _fmt(value: Any, unit: str = "") -> str:

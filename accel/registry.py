@@ -155,11 +155,27 @@ def _elementwise_bound(m: Metrics) -> str | None:
     return None
 
 
+# aten ops whose synchronisation is a host<->device copy (the prefetcher's business); syncs under
+# any other op read a GPU value on the host (.item(), nonzero, printing) or synchronise explicitly
+_COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory", "aten::_pin_memory"})
+
+
 def _copies_exposed(m: Metrics) -> str | None:
     pageable = num(m, "pageable_share")
     overlap = num(m, "h2d_overlap_pct")
     if pageable is not None and overlap is not None and pageable == 0 and overlap >= 90:
         return f"copies are already pinned and {overlap:.0f}% overlapped with compute"
+    callers = [c for c in m.get("top_callers") or [] if isinstance(c, Mapping) and isinstance(c.get("op"), str)]
+    if callers:   # a host_sync finding: which aten ops the blocking calls came from
+        blocked = [(c["op"], num(c, "blocked_ms_per_step") or 0.0) for c in callers]
+        total = sum(ms for _, ms in blocked)
+        from_copies = sum(ms for op, ms in blocked if op in _COPY_OPS)
+        if (from_copies / total if total > 0 else 0.0) < 0.5 and not any(op in _COPY_OPS for op, _ in blocked[:1]):
+            top_op, top_call = callers[0]["op"], callers[0].get("call", "a sync")
+            return (f"the syncs are not input copies: most blocked time is {top_call} under {top_op} (a GPU "
+                    "value read on the host: .item(), .tolist(), nonzero, a printed loss, or an explicit "
+                    "synchronize); prefetching inputs does not remove it. Keep such values on the GPU and "
+                    "read them every N steps")
     return None
 
 
@@ -171,24 +187,39 @@ def _loader_can_grow(m: Metrics) -> str | None:
     return None
 
 
-def _imbalance_from_data(m: Metrics) -> bool | None:
+def _imbalance_from_data(m: Metrics) -> str | None:
     source = m.get("imbalance_source")
+    if source == "stall":
+        return ("the straggler is late without doing more work: a stall of its own (a slow fetch, a host "
+                "sync, a throttled or shared device), which balancing the samples cannot even out")
     if isinstance(source, str) and source not in ("compute", "data", "input"):
-        return False
+        return f"the imbalance comes from {source}, not from the data each rank gets"
+    if source == "compute" and flag(m, "shapes_compared") is True and flag(m, "shape_differs") is False:
+        return ("every rank's ops see the same input shapes: the straggler does more with the same data "
+                "(data-dependent compute) or is a slower device; balancing lengths evens out input sizes only")
     return None
 
 
-def _bandwidth_bound(m: Metrics) -> bool | None:
+_SMALL_MESSAGE_BYTES = 256 * 1024
+
+
+def _bandwidth_bound(m: Metrics) -> str | None:
     size = num(m, "mean_msg_bytes")
-    if size is not None and size < 256 * 1024:
-        return False   # latency-bound small messages: fewer bytes will not be faster
+    if size is not None and size < _SMALL_MESSAGE_BYTES:
+        return (f"the collectives average {size / 1024:,.0f} KiB: small messages are bound by latency, not "
+                "bytes, so sending fewer bytes does not make them faster; merge them into fewer, larger "
+                "buckets (ddp_bucket_tuning) first")
     return None
 
 
-def _slow_link(m: Metrics) -> bool | None:
+def _slow_link(m: Metrics) -> str | None:
+    small = _bandwidth_bound(m)   # compression of any kind cannot speed up latency-bound messages
+    if small:
+        return small
     busbw = num(m, "busbw_gbps")
     if busbw is not None and busbw >= 50:
-        return False   # NVLink-class links: PowerSGD's compression costs more than it saves
+        return (f"the link already reaches {busbw:,.0f} GB/s bus bandwidth (NVLink class): PowerSGD's extra "
+                "compute and collectives cost more than the bytes it saves")
     return None
 
 
@@ -196,20 +227,24 @@ def _many_small_or_late_buckets(m: Metrics) -> bool | None:
     return None        # bucket size is a cheap knob worth trying on any exposed DDP comm
 
 
-def _accumulating(m: Metrics) -> bool | None:
+def _accumulating(m: Metrics) -> str | None:
     accum = num(m, "grad_accum_steps")
     if accum is not None and accum <= 1:
-        return False   # no accumulation: no all-reduce to skip
+        return "no gradient accumulation (one micro-batch per optimizer step): no all-reduce to skip"
     return None
 
 
-def _multi_node(m: Metrics) -> bool | None:
+_ONE_NODE = ("all ranks are on one node: NCCL's ring/tree is already topology-aware inside a node, "
+             "and a hierarchical all-reduce only adds steps")
+
+
+def _multi_node(m: Metrics) -> str | None:
     nodes = num(m, "nodes")
     if nodes is not None:
-        return None if nodes > 1 else False
+        return None if nodes > 1 else _ONE_NODE
     world, local = num(m, "world_size"), num(m, "local_world_size")
     if world is not None and local is not None and world <= local:
-        return False   # one node: NCCL's own ring/tree is already hierarchical enough
+        return _ONE_NODE
     return None
 
 
@@ -306,8 +341,9 @@ _FIX_LIST = [
         needs=[],
         snippet=(
             "from accel.kernels.fused_optimizer import fuse_optimizer\n"
-            "optimizer = fuse_optimizer(optimizer)  # fused=True on CUDA, foreach=True elsewhere;\n"
-            "                                       # keeps param groups and state\n"
+            "optimizer = fuse_optimizer(optimizer)  # fused where torch has it (CUDA; CPU Adam/AdamW/\n"
+            "                                       # SGD/Adagrad), else foreach; in place: groups,\n"
+            "                                       # state, LR schedulers and GradScaler keep working\n"
             "# or when building it: torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)\n"
         ),
         description=(
@@ -364,7 +400,7 @@ _FIX_LIST = [
         module="accel.data.prefetcher",
         demo_module="accel.demos.cuda_prefetcher",
         fit={"h2d_stall": 0.9, "host_sync": 0.5, "dataloader_stall": 0.3},
-        reads=("pageable_share", "h2d_overlap_pct"),
+        reads=("pageable_share", "h2d_overlap_pct", "top_callers"),
         predicate=_copies_exposed,
         bonus=_pageable_bonus,
     ),
@@ -377,6 +413,8 @@ _FIX_LIST = [
             "from accel.data.loader_tuning import tuned_dataloader\n"
             "loader = tuned_dataloader(dataset, batch_size=64, shuffle=True,\n"
             "                          metrics=finding[\"metrics\"])  # workers, pin_memory, prefetch\n"
+            "# the profiled loader already had workers? the trace does not say how many:\n"
+            "# tuned_dataloader(..., metrics=finding[\"metrics\"], current_workers=4)\n"
         ),
         description=(
             "When the training loop waits in `DataLoader.__next__`, loading runs serially with "
@@ -502,7 +540,7 @@ _FIX_LIST = [
         module="accel.data.balanced_sampler",
         demo_module="accel.demos.dist_balanced_sampler",
         fit={"rank_imbalance": 0.9},
-        reads=("imbalance_source",),
+        reads=("imbalance_source", "shapes_compared", "shape_differs"),
         predicate=_imbalance_from_data,
     ),
     Fix(
@@ -553,7 +591,7 @@ _FIX_LIST = [
         module="accel.comm.hooks",
         demo_module="accel.demos.dist_powersgd",
         fit={"comm_exposed": 0.5},
-        reads=("busbw_gbps",),
+        reads=("busbw_gbps", "mean_msg_bytes"),
         predicate=_slow_link,
         bonus=_slow_link_bonus,
     ),

@@ -159,6 +159,12 @@ def run_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return build_context(con, run_id).notes
 
 
+def kinds_measured_without_gpu() -> frozenset[str]:
+    """Kinds an analysis can cost on a trace with no GPU activity (MEASURED_WITHOUT_GPU): there a
+    kind's absence means 0, for every other kind it means "not measurable here"."""
+    return frozenset(m.KIND for m in analysis_modules() if getattr(m, "MEASURED_WITHOUT_GPU", False))
+
+
 def analysis_modules() -> list[Any]:
     """Every module of analyzers/analyses exposing KIND and find, in name order."""
     package = importlib.import_module(ANALYSES_PACKAGE)

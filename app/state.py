@@ -6,11 +6,13 @@ Why this shape: DuckDB lets one process at a time open a store file, and the CLI
 same default store. A connection held for the server's life locked `python -m analyzers ingest`
 out for as long as the dashboard ran. So the server opens the store when a script run (a click)
 or a download needs it and closes it a moment after the last one is done (StoreLease); between
-clicks the CLI can write, and its runs appear in the run picker at the next click. Sessions run
-on their own threads, so each script run gets its own cursor (a DuckDB cursor is a connection to
-the same database, safe to use from its thread), taken on first use and handed back when the
-run ends (release_run_cursor, called by the entry script). Ingest and the other writes take one
-lock so two tabs uploading at once do not conflict.
+clicks the CLI can write, and its runs appear in the run picker at the next click. Each script
+run gets its own cursor (a DuckDB cursor is a connection to the same database, safe to use from
+its thread), taken on first use and handed back when the run ends (release_run_cursor, called by
+the entry script). It belongs to the thread running the script: sessions run on their own
+threads, and so does a run that starts while the same session's previous run is still
+finishing. Ingest and the other writes take one lock so two tabs uploading at once do not
+conflict.
 
 Everything derived from events is cached by (store, run id): a run id is the content hash of its
 files, so the same id always means the same events. Findings and marks change on re-analysis and
@@ -117,7 +119,10 @@ def lease() -> StoreLease:
     return _lease(db_path())
 
 
-_CURSOR_KEY = "_run_cursor"
+# The cursor of the script run executing on this thread. Per run, not per session: a click that
+# arrives while the previous run of the same session is still finishing starts a second run on
+# another thread, and two runs sharing one cursor failed with "connection is busy".
+_this_run = threading.local()
 
 
 def cur() -> duckdb.DuckDBPyConnection:
@@ -125,10 +130,12 @@ def cur() -> duckdb.DuckDBPyConnection:
 
     When another process holds the store (a CLI ingest), the page says so and waits for it.
     """
-    held = st.session_state.get(_CURSOR_KEY)
+    held = getattr(_this_run, "held", None)
     current = lease()
     if held is not None and held[0] is current:
         return held[1]
+    if held is not None:   # the store path changed under this thread (tests): give the old one back
+        release_run_cursor()
     try:
         cursor = current.acquire()
     except StoreBusy as busy:
@@ -143,14 +150,15 @@ def cur() -> duckdb.DuckDBPyConnection:
                          "when it is done.", icon=":material/lock:")
             st.stop()
         notice.empty()
-    st.session_state[_CURSOR_KEY] = (current, cursor)
+    _this_run.held = (current, cursor)
     return cursor
 
 
 def release_run_cursor() -> None:
     """Hand this script run's cursor back (the entry script calls it when the run ends), so the
     store closes once no click needs it and other processes can write to it."""
-    held = st.session_state.pop(_CURSOR_KEY, None)
+    held = getattr(_this_run, "held", None)
+    _this_run.held = None
     if held is not None:
         held[0].release(held[1])
 

@@ -67,6 +67,19 @@ def test_workers_sized_from_wait_and_compute():
     assert (s.num_workers, s.pin_memory) == (4, False)
 
 
+def test_a_loader_with_an_unrecorded_worker_count_is_never_advised_fewer_workers():
+    # the trace shows a multi-process loader but not its num_workers (the finding says None)
+    metrics = {"wait_ms_per_step": 142.0, "step_time_ms": 160.0, "num_workers": None}
+    s = suggest_settings(metrics, cpu_count=32, cuda=True)
+    assert s.num_workers == 32 and "does not record" in s.reason
+    # told the count (4): loading = (18 + 142) * 4 = 640 ms per batch vs 18 ms -> 37, capped at 32
+    s = suggest_settings(metrics, cpu_count=32, cuda=True, current_workers=4)
+    assert s.num_workers == 32 and "capped at 32" in s.reason
+    # already at the CPU count: keep it, and say what would help
+    s = suggest_settings(metrics, cpu_count=4, cuda=True, current_workers=6)
+    assert s.num_workers == 6 and "already had 6" in s.reason
+
+
 def test_workers_capped_by_cpus_and_unknown_metrics_use_every_cpu():
     s = suggest_settings({"wait_ms_per_step": 90.0, "step_time_ms": 100.0}, cpu_count=2, cuda=False)
     assert s.num_workers == 2 and "capped at 2" in s.reason

@@ -48,7 +48,7 @@ def test_foreach_matches_the_for_loop_bitwise_on_cpu(cls, kwargs):
     # results are identical bit for bit.
     loop_model, fast_model = _model(), _model()
     loop_params = _train(loop_model, cls(loop_model.parameters(), foreach=False, **kwargs), 5)
-    fast_opt = fuse_optimizer(cls(fast_model.parameters(), foreach=False, **kwargs))
+    fast_opt = fuse_optimizer(cls(fast_model.parameters(), foreach=False, **kwargs), fused=False)
     assert implementation(fast_opt) == "foreach"
     assert torch.equal(loop_params, _train(fast_model, fast_opt, 5))
 
@@ -58,10 +58,23 @@ def test_fused_cpu_adamw_matches_within_float32_rounding():
     # parameters of magnitude ~0.25 agree to a few float32 ulps after 5 steps.
     loop_model, fused_model = _model(), _model()
     loop_params = _train(loop_model, torch.optim.AdamW(loop_model.parameters(), lr=1e-3, foreach=False), 5)
-    fused_opt = fuse_optimizer(torch.optim.AdamW(fused_model.parameters(), lr=1e-3, foreach=False),
-                               fused=True)
-    assert implementation(fused_opt) == "fused"
+    fused_opt = fuse_optimizer(torch.optim.AdamW(fused_model.parameters(), lr=1e-3, foreach=False))
+    assert implementation(fused_opt) == "fused"   # torch has a fused CPU AdamW: chosen by default
     torch.testing.assert_close(_train(fused_model, fused_opt, 5), loop_params, rtol=1e-6, atol=1e-6)
+
+
+def test_fusing_in_place_keeps_a_scheduler_built_before_it_working():
+    model = _model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.1)
+    assert fuse_optimizer(optimizer) is optimizer and implementation(optimizer) == "fused"
+    for _ in range(3):
+        model(torch.randn(4, 16)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-6)   # a new object stayed at 1e-3
+    assert optimizer._step_supports_amp_scaling   # what GradScaler checks for a fused optimizer
 
 
 def test_fusing_mid_training_keeps_state_and_param_groups():
@@ -73,7 +86,7 @@ def test_fusing_mid_training_keeps_state_and_param_groups():
 
     opt_b = torch.optim.AdamW(groups(model_b), foreach=False)
     _train(model_b, opt_b, 3)
-    opt_b = fuse_optimizer(opt_b)
+    opt_b = fuse_optimizer(opt_b, fused=False)   # foreach: bitwise equal to the loop
     assert [g["lr"] for g in opt_b.param_groups] == [1e-3, 5e-3]
     assert opt_b.param_groups[1]["weight_decay"] == 0.1
     assert all(float(s["step"]) == 3.0 for s in opt_b.state.values())

@@ -131,8 +131,42 @@ def test_why_not_gives_the_plain_reason():
     assert registry.get("fused_optimizer").why_not({"optimizer_kernel_share": 0.05}) == \
         "only 5% of the step's kernels come from the optimizer"
     assert registry.get("cuda_graph").why_not({}) is None
-    # a predicate answering plain False still yields a reason
-    assert registry.get("powersgd").why_not({"busbw_gbps": 200.0})
+    assert "NVLink class" in registry.get("powersgd").why_not({"busbw_gbps": 200.0})
+
+
+def test_every_comm_and_balance_rule_out_says_why_in_its_own_words():
+    generic = "the finding's metrics rule it out"
+    cases = [("balanced_sampler", {"imbalance_source": "stall"}, "stall of its own"),
+             ("balanced_sampler", {"imbalance_source": "compute", "shapes_compared": True,
+                                   "shape_differs": False}, "same input shapes"),
+             ("comm_compression", {"mean_msg_bytes": 16640}, "latency"),
+             ("hierarchical_allreduce", {"world_size": 8, "local_world_size": 8}, "one node"),
+             ("no_sync_accumulation", {"grad_accum_steps": 1}, "no gradient accumulation")]
+    for fix_id, metrics, words in cases:
+        reason = registry.get(fix_id).why_not(metrics)
+        assert reason and reason != generic and words in reason, (fix_id, reason)
+    # unequal shapes (or shapes not compared): the sampler stays a candidate
+    assert registry.get("balanced_sampler").why_not({"imbalance_source": "input", "shape_differs": True}) is None
+    assert registry.get("balanced_sampler").why_not({"imbalance_source": "compute", "shapes_compared": False}) is None
+
+
+def test_latency_bound_collectives_rank_bucket_tuning_above_compression():
+    # 96 all-reduces of 16 KiB per step on a slow link: compressing them cannot help
+    metrics = {"collectives_per_step": 96, "mean_msg_bytes": 16640, "busbw_gbps": 1.0, "overlap_pct": 10}
+    ranked = registry.fixes_for("comm_exposed", metrics)
+    assert ranked[0] == "ddp_bucket_tuning"
+    assert ranked.index("powersgd") > ranked.index("no_sync_accumulation")
+    assert registry.get("powersgd").why_not(metrics) and registry.get("comm_compression").why_not(metrics)
+
+
+def test_the_prefetcher_is_ruled_out_for_syncs_that_read_gpu_values():
+    item = {"top_callers": [{"call": "cudaStreamSynchronize", "op": "aten::item", "blocked_ms_per_step": 4.0},
+                            {"call": "cudaMemcpyAsync", "op": "aten::to", "blocked_ms_per_step": 0.5}]}
+    assert ".item()" in registry.get("cuda_prefetcher").why_not(item)
+    copies = {"top_callers": [{"call": "cudaStreamSynchronize", "op": "aten::to", "blocked_ms_per_step": 4.0},
+                              {"call": "cudaStreamSynchronize", "op": "aten::item", "blocked_ms_per_step": 0.5}]}
+    assert registry.get("cuda_prefetcher").why_not(copies) is None
+    assert registry.get("cuda_prefetcher").why_not({"top_callers": []}) is None   # unknown: applies
 
 
 @pytest.mark.parametrize("fix_id", CORE_FIXES)

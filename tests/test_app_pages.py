@@ -443,3 +443,38 @@ def test_findings_of_an_older_version_are_replaced_when_the_run_is_opened(hand_b
         assert con.execute("SELECT count(*) FROM findings WHERE run_id = ?", [AFTER_RUN]).fetchone()[0] == kept
     finally:
         con.close()
+
+
+def test_overlapping_script_runs_each_get_their_own_cursor_and_all_are_handed_back(hand_built, monkeypatch):
+    # A click arriving while the same session's previous run is finishing starts a second run on
+    # another thread; one cursor shared by both failed with "connection is busy with another call".
+    import threading
+
+    from app import state
+
+    monkeypatch.setenv("TRACEDOCTOR_DB", str(hand_built))
+    monkeypatch.setattr(state, "LINGER_S", 0.05)
+    errors, cursors, start = [], [], threading.Barrier(4)
+
+    def script_run():
+        try:
+            start.wait()
+            cursors.append(state.cur())
+            for _ in range(30):
+                state.cur().execute("SELECT count(*) FROM events e1, events e2 WHERE e1.rank = e2.rank").fetchall()
+        except Exception as exc:   # noqa: BLE001 - any failure is the test's finding
+            errors.append(repr(exc))
+        finally:
+            state.release_run_cursor()
+
+    threads = [threading.Thread(target=script_run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    assert len({id(c) for c in cursors}) == 4
+    deadline = time.monotonic() + 10
+    while state.lease().is_open and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not state.lease().is_open   # every cursor was handed back: the store is free for the CLI

@@ -52,8 +52,18 @@ class PowerSGDDefaults:
     random_seed: int = 0
 
 
-def _backend(process_group: dist.ProcessGroup | None) -> str:
-    return str(dist.get_backend(process_group)).lower()
+def _backend(process_group: dist.ProcessGroup | None, device: torch.device) -> str:
+    """The backend the group runs collectives of tensors on `device` with ("nccl", "gloo", ...).
+
+    A group made without naming one (`init_process_group()`) has a backend per device type,
+    "cpu:gloo,cuda:nccl", and get_backend() then answers "undefined": read the per-device
+    configuration instead.
+    """
+    config = str(dist.get_backend_config(process_group)).lower()
+    per_device = dict(item.split(":", 1) for item in config.split(",") if ":" in item)
+    if per_device:
+        return per_device.get(device.type, "undefined")
+    return config
 
 
 def bf16_is_native(device: torch.device) -> bool:
@@ -126,7 +136,7 @@ def apply_comm_hook(ddp_model: torch.nn.parallel.DistributedDataParallel, kind: 
     if kind in ("fp16", "bf16"):
         if options:
             raise TypeError(f"the {kind} hook takes no options, got {sorted(options)}")
-        if _backend(process_group) == "nccl":
+        if _backend(process_group, _ddp_device(ddp_model)) == "nccl":
             hook = default_hooks.fp16_compress_hook if kind == "fp16" else default_hooks.bf16_compress_hook
         else:
             hook = compress_hook_any_backend(torch.float16 if kind == "fp16" else torch.bfloat16)
@@ -135,8 +145,9 @@ def apply_comm_hook(ddp_model: torch.nn.parallel.DistributedDataParallel, kind: 
     if kind == "powersgd":
         settings = {**PowerSGDDefaults().__dict__, **options}
         state = powerSGD_hook.PowerSGDState(process_group=process_group, **settings)
-        on_gloo = _backend(process_group) == "gloo"
-        ddp_model.register_comm_hook(state, serialised_powersgd_hook if on_gloo else powerSGD_hook.powerSGD_hook)
+        # torch's own hook only where it is proven (NCCL); any other backend gets the serialised one
+        on_nccl = _backend(process_group, _ddp_device(ddp_model)) == "nccl"
+        ddp_model.register_comm_hook(state, powerSGD_hook.powerSGD_hook if on_nccl else serialised_powersgd_hook)
         return state
     # hierarchical
     if process_group is not None:

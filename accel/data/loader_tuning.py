@@ -45,12 +45,15 @@ def usable_cpus() -> int:
 
 
 def suggest_settings(metrics: Mapping[str, Any] | None = None, *, cpu_count: int | None = None,
-                     cuda: bool | None = None, max_workers: int | None = None) -> LoaderSettings:
+                     cuda: bool | None = None, max_workers: int | None = None,
+                     current_workers: int | None = None) -> LoaderSettings:
     """Loader settings for the machine, sized from the finding's metrics when they say enough.
 
     Reads metrics keys (all optional): wait_ms_per_step (time the loop waits for a batch),
-    step_time_ms, num_workers (workers in the profiled run), wait_cv (coefficient of variation
-    of the wait: spiky loading wants a deeper prefetch queue).
+    step_time_ms, num_workers (workers in the profiled run: absent means 0, None means "some,
+    the trace does not say how many"), wait_cv (coefficient of variation of the wait: spiky
+    loading wants a deeper prefetch queue). current_workers: the profiled run's num_workers when
+    the trace does not record it (a loader with workers); never fewer are suggested.
     """
     cpus = cpu_count if cpu_count is not None else usable_cpus()
     if cuda is None:
@@ -63,16 +66,27 @@ def suggest_settings(metrics: Mapping[str, Any] | None = None, *, cpu_count: int
 
     wait = num(metrics, "wait_ms_per_step", "dataloader_wait_ms", "wait_ms")
     step = num(metrics, "step_time_ms", "mean_step_ms")
-    workers_seen = num(metrics, "num_workers") or 0
-    if wait is not None and step is not None and step > wait > 0:
+    workers_seen = current_workers if current_workers is not None else num(metrics, "num_workers")
+    count_unknown = workers_seen is None and bool(metrics) and "num_workers" in metrics
+    workers_seen = int(workers_seen or 0)
+    if count_unknown:
+        # With k workers the serial load time is (compute + wait) * k: without k it cannot be
+        # sized, and reading "unknown" as 0 advised fewer workers than the run already had.
+        workers = cap
+        reason = (f"the trace does not record how many workers the loader had (it had some): "
+                  f"one per usable CPU ({cap}); pass current_workers=N for a sized suggestion")
+    elif wait is not None and step is not None and step > wait > 0:
         compute = step - wait
         # Loading work per batch: all of the wait with 0 workers; with k workers already,
         # each supplies a batch per (C + wait) * k, so the serial load time is about that.
         load = wait if workers_seen == 0 else (compute + wait) * workers_seen
         needed = math.ceil(load / compute) + 1
-        workers = min(cap, needed)
+        workers = max(min(cap, needed), workers_seen)   # never fewer than the run already had
         reason = (f"loading ~{load:.1f} ms/batch vs {compute:.1f} ms compute -> {needed} workers"
                   f"{'' if needed <= cap else f', capped at {cap}'}")
+        if workers == workers_seen and needed > workers_seen:
+            reason += (f"; the run already had {workers_seen}: more need more CPUs, or max_workers "
+                       "when loading waits on storage or the network rather than the CPU")
     else:
         workers = cap
         reason = f"no wait/step metrics: one worker per usable CPU ({cap})"
@@ -85,11 +99,13 @@ def suggest_settings(metrics: Mapping[str, Any] | None = None, *, cpu_count: int
 
 
 def tuned_dataloader(dataset, batch_size: int = 1, *, metrics: Mapping[str, Any] | None = None,
-                     settings: LoaderSettings | None = None, **loader_kwargs):
-    """torch.utils.data.DataLoader with suggested settings; explicit loader_kwargs win."""
+                     settings: LoaderSettings | None = None, current_workers: int | None = None,
+                     **loader_kwargs):
+    """torch.utils.data.DataLoader with suggested settings; explicit loader_kwargs win.
+    current_workers: the profiled loader's num_workers (see suggest_settings)."""
     from torch.utils.data import DataLoader
 
-    settings = settings or suggest_settings(metrics)
+    settings = settings or suggest_settings(metrics, current_workers=current_workers)
     kwargs = {**settings.kwargs(), **loader_kwargs}
     if kwargs.get("num_workers", 0) == 0:
         kwargs.pop("prefetch_factor", None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from accel.demos import DemoResult, skip
+from accel.demos import DemoResult
 from accel.demos.dist_common import RankWorkload, run_ranks
 
 DEFAULT_STEPS = 12
@@ -87,7 +87,7 @@ def run(out_dir: Path, device: str, steps: int) -> DemoResult:
         results = run_ranks(__name__, ["before", "after"], WORLD_SIZE, out_dir, steps, config)
         before, after = results["before"], results["after"]
     except Exception as exc:   # a broken rank must end the demo with its reason, not a hang
-        return skip(FIX, device, f"the gloo ranks failed: {type(exc).__name__}: {exc}", KIND)
+        raise RuntimeError(f"the gloo ranks failed: {type(exc).__name__}: {exc}") from exc   # exit 1, not "skipped"
     padded = lambda v: [round(c["padded_tokens_per_step"]) for c in v.checks_per_rank]
     return DemoResult(
         fix=FIX, device="cpu", finding_kind=KIND,

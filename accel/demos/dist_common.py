@@ -104,6 +104,16 @@ def _rank_main(rank: int, world_size: int, port: int, module_name: str, variants
         dist.destroy_process_group()
 
 
+def _clear_rank_outputs(out_dir: Path, variants: list[str]) -> None:
+    """Make OUT/<variant>/ and remove what an earlier run of a demo wrote there (its rank traces
+    and timings: a 4-rank run's rank-3 trace must not join a 2-rank run's), and nothing else:
+    `--out .` in a project with its own before/ folder keeps that folder's files."""
+    for variant in variants:
+        (out_dir / variant).mkdir(parents=True, exist_ok=True)
+        for old in (*(out_dir / variant).glob("rank-*.json.gz"), *(out_dir / "timings").glob(f"{variant}-rank-*.json")):
+            old.unlink(missing_ok=True)
+
+
 def run_ranks(module_name: str, variants: list[str], world_size: int, out_dir: Path, steps: int,
               config: dict[str, Any] | None = None, timeout_s: float = RANK_TIMEOUT_S) -> dict[str, VariantResult]:
     """Start `world_size` gloo ranks that run `module_name`.build(...) for each variant in turn.
@@ -114,9 +124,7 @@ def run_ranks(module_name: str, variants: list[str], world_size: int, out_dir: P
     import torch.multiprocessing as mp
 
     out_dir = Path(out_dir)
-    for variant in variants:
-        shutil.rmtree(out_dir / variant, ignore_errors=True)
-        (out_dir / variant).mkdir(parents=True, exist_ok=True)
+    _clear_rank_outputs(out_dir, variants)
     context = mp.start_processes(_rank_main, args=(world_size, free_port(), module_name, list(variants),
                                                    str(out_dir), steps, dict(config or {})),
                                  nprocs=world_size, join=False, start_method="spawn")
@@ -241,9 +249,7 @@ def run_ranks_on_nodes(module_name: str, variants: list[str], nodes: list[tuple[
     import multiprocessing
 
     out_dir = Path(out_dir)
-    for variant in variants:
-        shutil.rmtree(out_dir / variant, ignore_errors=True)
-        (out_dir / variant).mkdir(parents=True, exist_ok=True)
+    _clear_rank_outputs(out_dir, variants)
     world_size = len(nodes) * local_size
     config = {**(config or {}), "master_addr": nodes[0][1], "gloo_ifname": ifname}
     port = free_port()

@@ -92,7 +92,7 @@ def run_before_after(fix: str, finding_kind: str, out_dir, device: str, steps: i
     import contextlib
     from pathlib import Path
 
-    from accel.demos import DemoResult, skip
+    from accel.demos import DemoResult
     from accel.demos.dist_common import run_ranks, slow_loopback
 
     notes = list(notes or [])
@@ -109,7 +109,7 @@ def run_before_after(fix: str, finding_kind: str, out_dir, device: str, steps: i
         try:
             results = run_ranks(__name__, ["before", "after"], world_size, out_dir, steps, config)
         except Exception as exc:   # a broken rank ends the demo with its reason, not a hang
-            return skip(fix, device, f"the gloo ranks failed: {type(exc).__name__}: {exc}", finding_kind)
+            raise RuntimeError(f"the gloo ranks failed: {type(exc).__name__}: {exc}") from exc   # exit 1, not "skipped"
     before, after = results["before"], results["after"]
     diff = max_param_diff(before.checks_per_rank, after.checks_per_rank)
     checks: dict[str, Any] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accel.demos import DemoResult, skip
+from accel.demos import DemoResult
 from accel.demos.dist_ddp_workload import max_param_diff, ranks_agree
 
 DEFAULT_STEPS = 4
@@ -46,7 +46,7 @@ def run(out_dir: Path, device: str, steps: int) -> DemoResult:
             finally:
                 network.__exit__(None, None, None)
     except Exception as exc:   # a broken rank ends the demo with its reason, not a hang
-        return skip(FIX, device, f"the gloo ranks failed: {type(exc).__name__}: {exc}", KIND)
+        raise RuntimeError(f"the gloo ranks failed: {type(exc).__name__}: {exc}") from exc   # exit 1, not "skipped"
     before, after = results["before"], results["after"]
     diff = max_param_diff(before.checks_per_rank, after.checks_per_rank)
     return DemoResult(

@@ -4,10 +4,12 @@ A for-loop optimizer launches ~5-12 tiny kernels per parameter tensor per step; 
 of tensors the step is launch-bound. foreach=True batches each op over all tensors (a handful of
 multi-tensor kernels); fused=True does the whole update in one kernel per chunk of tensors.
 
-    optimizer = fuse_optimizer(optimizer)   # same class, param groups and state; new object
+    optimizer = fuse_optimizer(optimizer)   # in place: same object, param groups and state
 
-The old optimizer object must not be stepped afterwards (the two share state tensors), and an
-LR scheduler built on it must be rebuilt on the returned optimizer.
+The switch is made on the optimizer itself, so an LR scheduler or a GradScaler built on it
+keeps working (a new object left a scheduler stepping the old one: the LR never changed).
+torch has fused kernels for CUDA and, for Adam, AdamW, SGD and Adagrad, for CPU too; on CPU the
+fused AdamW step measured 4x the loop's and foreach only 1.1x (accel/BENCHMARKS.md).
 """
 from __future__ import annotations
 
@@ -22,25 +24,24 @@ def _params_on_cuda(optimizer: torch.optim.Optimizer) -> bool:
 
 
 def fuse_optimizer(optimizer: torch.optim.Optimizer, fused: bool | None = None) -> torch.optim.Optimizer:
-    """A new optimizer of the same class with fused=True (CUDA) or foreach=True, state preserved.
+    """Switch the optimizer to fused=True or foreach=True in place (state and param groups
+    kept) and return it.
 
-    fused=None chooses: fused when every parameter is on CUDA and the class supports it, else
-    foreach. fused=True asks for fused anywhere (torch also has fused CPU kernels for Adam,
-    AdamW, SGD and Adagrad); it falls back to foreach when the class or device refuses it.
-    Raises ValueError for an optimizer with neither option (e.g. LBFGS).
+    fused=None or True: fused where the class and the parameters' device have it, else foreach.
+    fused=False: foreach. Raises ValueError for an optimizer with neither option (e.g. LBFGS).
     """
     cls = type(optimizer)
     supports_foreach = "foreach" in optimizer.defaults
     supports_fused = "fused" in optimizer.defaults
     if not (supports_foreach or supports_fused):
         raise ValueError(f"{cls.__name__} has neither a fused nor a foreach implementation")
-    want_fused = supports_fused and (_params_on_cuda(optimizer) if fused is None else fused)
+    want_fused = supports_fused and fused is not False
 
     state = optimizer.state_dict()
     if want_fused:
         try:
-            return _rebuild(cls, optimizer, state, {"fused": True, "foreach": None})
-        except (RuntimeError, ValueError, TypeError):
+            return _adopt(optimizer, _rebuild(cls, optimizer, state, {"fused": True, "foreach": None}))
+        except (RuntimeError, ValueError, TypeError):   # the class or device has no fused kernel
             if not supports_foreach:
                 raise
     if not supports_foreach:
@@ -48,7 +49,25 @@ def fuse_optimizer(optimizer: torch.optim.Optimizer, fused: bool | None = None) 
     options: dict[str, Any] = {"foreach": True}
     if supports_fused:
         options["fused"] = None
-    return _rebuild(cls, optimizer, state, options)
+    return _adopt(optimizer, _rebuild(cls, optimizer, state, options))
+
+
+# What the constructor sets for a fused optimizer besides its groups: GradScaler reads the first
+_FUSED_ATTRIBUTES = ("_step_supports_amp_scaling", "_need_device_dtype_check_for_fused")
+
+
+def _adopt(optimizer: torch.optim.Optimizer, rebuilt: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Move the rebuilt optimizer's groups, state and options into the original object. Its
+    hooks, and the step wrapper an LR scheduler installed, stay as they were."""
+    optimizer.defaults = rebuilt.defaults
+    optimizer.param_groups = rebuilt.param_groups
+    optimizer.state = rebuilt.state
+    for name in _FUSED_ATTRIBUTES:
+        if name in vars(rebuilt):
+            setattr(optimizer, name, vars(rebuilt)[name])
+        elif name in vars(optimizer):
+            delattr(optimizer, name)
+    return optimizer
 
 
 def _rebuild(cls: type, optimizer: torch.optim.Optimizer, state: dict[str, Any],

@@ -16,6 +16,7 @@ from analyzers.analyses import cause_row, gap_causes, query, rounded, to_ms
 from analyzers.model import Finding
 
 KIND = "dataloader_stall"
+MEASURED_WITHOUT_GPU = True   # the loop's wait in DataLoader.__next__ is host time
 
 _LOADER_SQL = """
     SELECT rank, count(*) AS spans, sum(end_ns - start_ns) AS wait_ns, max(end_ns - start_ns) AS longest_ns,

@@ -15,6 +15,7 @@ from analyzers.model import Finding
 from analyzers.sqlrun import ensure_loaded
 
 KIND = "rank_imbalance"
+MEASURED_WITHOUT_GPU = True   # gloo collectives block the host, so their waits are measured on CPU traces too
 
 
 def context(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> Any:

@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from analyzers import runs as run_store
-from app import state, ui
+from app import state
 
 st.title("Manage runs")
 state.page_start()
