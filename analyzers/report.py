@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any, Iterable, Mapping
 
 import duckdb
@@ -104,12 +105,24 @@ def _where(f: Mapping[str, Any], origin_us: float | None = None) -> str:
     return ", ".join(parts) or "whole run"
 
 
+_AUTOLINK = re.compile(r"(?i)(https?|ftp|file|mailto)(:)|(www)(\\?\.)|(@)")
+_ZWSP = "\u200b"
+
+
+def no_autolink(text: str) -> str:
+    """Break what GFM renderers turn into links by themselves (URL schemes, www., e-mail @) with a
+    zero-width space: Streamlit's renderer links them even when their punctuation is escaped."""
+    return _AUTOLINK.sub(lambda m: _ZWSP.join(g for g in m.groups() if g is not None) if m.group(5) is None
+                         else _ZWSP + "@", text)
+
+
 def _md_cell(value: Any) -> str:
     """A Markdown table cell: no pipe or newline from trace text can break the table, and no raw
     HTML gets through (Markdown renderers pass it on)."""
     text = html.escape(_fmt(value), quote=False)
-    for ch in ("\\", "|", "[", "]"):   # no table cell and no link made of trace text
+    for ch in ("\\", "|", "[", "]", "*", "`"):   # no table cell, link, emphasis or code made of trace text
         text = text.replace(ch, "\\" + ch)
+    text = no_autolink(text)   # nor a link a GFM renderer makes by itself
     return text.replace("\n", " ").replace("\r", " ")
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import streamlit as st
 
+from analyzers.report import no_autolink
 from app import state
 
 KIND_TITLES = {
@@ -30,8 +31,9 @@ _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
 
 
 def md(text: Any) -> str:
-    """Trace text made inert for st.markdown: every Markdown/HTML special character escaped."""
-    return _MARKDOWN_SPECIALS.sub(r"\\\1", str(text))
+    """Trace text made inert for st.markdown: every Markdown/HTML special character escaped, and
+    no URL left for GFM to link."""
+    return no_autolink(_MARKDOWN_SPECIALS.sub(r"\\\1", str(text)))
 
 
 def kind_title(kind: str) -> str:

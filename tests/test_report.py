@@ -139,3 +139,16 @@ def test_markdown_cells_make_no_links_from_trace_text():
     cell = _md_cell("[click](javascript:alert(1)) a|b <img>")
     assert "[click]" not in cell and "\\[click\\]" in cell
     assert "\\|" in cell and "<img>" not in cell
+    # nor links a GFM renderer makes by itself (autolink literals), nor emphasis or code spans
+    cell = _md_cell("void k<T*>() `x` see http://evil.example/a www.evil.org me@evil.org")
+    for linkable in ("http://", "www.", "me@"):
+        assert linkable not in cell
+    assert "\\*" in cell and "\\`x\\`" in cell
+    assert cell.replace("\u200b", "").replace("\\", "").replace("&lt;", "<").replace("&gt;", ">") == \
+        "void k<T*>() `x` see http://evil.example/a www.evil.org me@evil.org"   # the text itself unchanged
+
+
+def test_dashboard_markdown_leaves_no_url_for_streamlit_to_link():
+    from app.ui import md
+    shown = md('run http://evil.example/x","x") www.evil.com a@b.com')
+    assert "http://" not in shown and "www." not in shown and "a@" not in shown

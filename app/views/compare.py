@@ -40,17 +40,27 @@ if before_cpu and after_cpu:
 elif cpu_only:
     st.warning(f"The {'before' if before_cpu else 'after'} run is a CPU-only trace (no kernels or copies): "
                "only step times and finding costs compare; GPU time is not broken down.")
+sizes = {side: (state.run_info(run_id) or {}).get("world_size") for side, run_id in (("before", before), ("after", after))}
+if sizes["before"] and sizes["after"] and sizes["before"] != sizes["after"]:
+    st.warning(f"The runs have different world sizes ({sizes['before']} vs {sizes['after']} ranks): the per-step "
+               "figures are means over ranks and compare; the cost per kind adds up every rank's findings "
+               "and grows with the number of ranks.")
+HELP = {"comm_exposed_ms": "Collective time no computation overlaps, including time spent waiting in a "
+                           "collective for a slower rank (the findings split that wait off as rank_imbalance)."}
 cols = st.columns(5)
 for col, (part, title) in zip(cols, [("mean_step_ms", "Mean step time"), ("compute_ms", "Compute / step"),
-                                     ("comm_exposed_ms", "Exposed comm / step"), ("idle_ms", "GPU idle / step")]):
+                                     ("comm_exposed_ms", "Comm not overlapped / step"), ("idle_ms", "GPU idle / step")]):
     if delta[f"{part}_after"] is None or (cpu_only and part != "mean_step_ms"):
         col.metric(title, "–")
     elif delta[f"{part}_before"] is None:
-        col.metric(title, f"{delta[f'{part}_after']:,.2f} ms")
+        col.metric(title, f"{delta[f'{part}_after']:,.2f} ms", help=HELP.get(part))
     else:
-        # Less step time, exposed comm or idle is better; more compute is neither good nor bad.
-        col.metric(title, f"{delta[f'{part}_after']:,.2f} ms", f"{delta[f'{part}_delta']:+,.2f} ms vs before",
-                   delta_color="off" if part == "compute_ms" else "inverse")
+        # Less step time, exposed comm or idle is better; more compute is neither good nor bad, and
+        # no change is no change (not a red arrow).
+        change = delta[f"{part}_delta"]
+        col.metric(title, f"{delta[f'{part}_after']:,.2f} ms", f"{change:+,.2f} ms vs before",
+                   delta_color="off" if part == "compute_ms" or abs(change) < 0.005 else "inverse",
+                   help=HELP.get(part))
 cols[4].metric("Speed-up (mean step)", "–" if delta["speedup"] is None else f"×{delta['speedup']:.2f}")
 
 kinds = comparison["kinds"]
@@ -67,8 +77,12 @@ with right:
     elif len(steps):
         st.plotly_chart(charts.breakdown_bars(steps.reset_index(), "Mean step, side by side",
                                               labels=list(steps.index)), width="stretch", key="cmp-steps")
+COLUMNS = {"kind": ("Finding", None), "before_ms": ("Before, ms/step", "%.3f"), "after_ms": ("After, ms/step", "%.3f"),
+           "delta_ms": ("Change, ms/step", "%+.3f"), "before_pct": ("Before, worst % of step", "%.1f"),
+           "after_pct": ("After, worst % of step", "%.1f"), "before_count": ("Before, findings", None),
+           "after_count": ("After, findings", None)}
 st.dataframe(kinds.assign(kind=[ui.kind_title(k) for k in kinds["kind"]]), hide_index=True, width="stretch",
-             column_config={c: st.column_config.NumberColumn(format="%.3f") for c in
-                            ("before_ms", "after_ms", "delta_ms", "before_pct", "after_pct")})
+             column_config={c: (st.column_config.NumberColumn(label, format=fmt) if fmt else label)
+                            for c, (label, fmt) in COLUMNS.items() if c in kinds.columns})
 st.caption("Cost per kind = GPU time lost per step summed over that kind's findings (all ranks); "
            "% = the worst single finding's share of the step.")
