@@ -170,7 +170,8 @@ def _copies_exposed(m: Metrics) -> str | None:
         blocked = [(c["op"], num(c, "blocked_ms_per_step") or 0.0) for c in callers]
         total = sum(ms for _, ms in blocked)
         from_copies = sum(ms for op, ms in blocked if op in _COPY_OPS)
-        if (from_copies / total if total > 0 else 0.0) < 0.5 and not any(op in _COPY_OPS for op, _ in blocked[:1]):
+        copy_share = from_copies / total if total > 0 else 0.0
+        if copy_share < 0.5 and blocked[0][0] not in _COPY_OPS:
             top_op, top_call = callers[0]["op"], callers[0].get("call", "a sync")
             return (f"the syncs are not input copies: most blocked time is {top_call} under {top_op} (a GPU "
                     "value read on the host: .item(), .tolist(), nonzero, a printed loss, or an explicit "

@@ -105,15 +105,15 @@ def _where(f: Mapping[str, Any], origin_us: float | None = None) -> str:
     return ", ".join(parts) or "whole run"
 
 
-_AUTOLINK = re.compile(r"(?i)(https?|ftp|file|mailto)(:)|(www)(\\?\.)|(@)")
+# A URL scheme before its ':', "www" before its (maybe escaped) '.', and the spot before an '@'
+_AUTOLINK = re.compile(r"(?i)(?:https?|ftp|file|mailto)(?=:)|www(?=\\?\.)|(?=@)")
 _ZWSP = "\u200b"
 
 
 def no_autolink(text: str) -> str:
     """Break what GFM renderers turn into links by themselves (URL schemes, www., e-mail @) with a
     zero-width space: Streamlit's renderer links them even when their punctuation is escaped."""
-    return _AUTOLINK.sub(lambda m: _ZWSP.join(g for g in m.groups() if g is not None) if m.group(5) is None
-                         else _ZWSP + "@", text)
+    return _AUTOLINK.sub(lambda m: m.group(0) + _ZWSP, text)
 
 
 def _md_cell(value: Any) -> str:

@@ -34,4 +34,3 @@ def measured_gain(fix_id: str, text: str | None = None, plain: bool = False) -> 
     if plain:
         rows = [{key: value.replace("`", "").replace("**", "") for key, value in row.items()} for row in rows]
     return rows
-

@@ -95,12 +95,6 @@ class StoreLease:
         self._generation += 1
         con.close()
 
-    def close_now(self) -> None:
-        """Let go of the file at once if nobody is using it (tests; a clean shutdown)."""
-        with self._lock:
-            if self._users == 0 and self._con is not None:
-                self._close()
-
     @property
     def is_open(self) -> bool:
         return self._con is not None

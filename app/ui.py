@@ -36,6 +36,11 @@ def md(text: Any) -> str:
     return no_autolink(_MARKDOWN_SPECIALS.sub(r"\\\1", str(text)))
 
 
+def count(n: int, noun: str) -> str:
+    """'1 finding', '3 findings'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def kind_title(kind: str) -> str:
     return KIND_TITLES.get(kind, kind.replace("_", " "))
 

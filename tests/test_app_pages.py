@@ -355,15 +355,20 @@ def _write_from_another_process(db: Path, hold_s: float = 0.0) -> subprocess.Pop
                             stderr=subprocess.PIPE, text=True)
 
 
+def _store_let_go(state, timeout_s: float = 10.0) -> bool:
+    """Whether the dashboard's store lease (it lives in this process) closes within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while state.lease().is_open and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not state.lease().is_open
+
+
 def test_the_store_is_let_go_between_clicks_so_the_cli_can_write(hand_built, monkeypatch):
     from app import state
 
     monkeypatch.setattr(state, "LINGER_S", 0.05)
     at = open_app(monkeypatch, hand_built, run_id=BEFORE_RUN)
-    deadline = time.monotonic() + 10
-    while state.lease().is_open and time.monotonic() < deadline:   # the lease lives in this process
-        time.sleep(0.05)
-    assert not state.lease().is_open, "the dashboard still holds the store after the click was done"
+    assert _store_let_go(state), "the dashboard still holds the store after the click was done"
     writer = _write_from_another_process(hand_built)
     out, err = writer.communicate(timeout=60)
     assert writer.returncode == 0, err
@@ -381,9 +386,7 @@ def test_a_click_waits_while_another_process_holds_the_store(hand_built, monkeyp
 
     monkeypatch.setattr(state, "LINGER_S", 0.05)
     at = open_app(monkeypatch, hand_built, run_id=BEFORE_RUN)
-    deadline = time.monotonic() + 10
-    while state.lease().is_open and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _store_let_go(state)
     writer = _write_from_another_process(hand_built, hold_s=2.0)
     assert writer.stdout.readline().strip() == "held"
     started = time.monotonic()
@@ -474,7 +477,4 @@ def test_overlapping_script_runs_each_get_their_own_cursor_and_all_are_handed_ba
         t.join(timeout=120)
     assert errors == []
     assert len({id(c) for c in cursors}) == 4
-    deadline = time.monotonic() + 10
-    while state.lease().is_open and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not state.lease().is_open   # every cursor was handed back: the store is free for the CLI
+    assert _store_let_go(state)   # every cursor was handed back: the store is free for the CLI

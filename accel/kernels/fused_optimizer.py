@@ -9,7 +9,7 @@ multi-tensor kernels); fused=True does the whole update in one kernel per chunk 
 The switch is made on the optimizer itself, so an LR scheduler or a GradScaler built on it
 keeps working (a new object left a scheduler stepping the old one: the LR never changed).
 torch has fused kernels for CUDA and, for Adam, AdamW, SGD and Adagrad, for CPU too; on CPU the
-fused AdamW step measured 4x the loop's and foreach only 1.1x (accel/BENCHMARKS.md).
+fused AdamW step measured 4x the loop's and foreach only 1.2x (accel/BENCHMARKS.md).
 """
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ kinds = sorted({f["kind"] for f in found})
 chosen = st.multiselect("Kinds", kinds, default=kinds, format_func=ui.kind_title)
 found = [f for f in found if f["kind"] in chosen]
 cpu_only = state.is_cpu_only(run_id)
-st.caption(f"{len(found)} finding{'' if len(found) == 1 else 's'}, costliest first. Cost = "
+st.caption(f"{ui.count(len(found), 'finding')}, costliest first. Cost = "
            f"{'time' if cpu_only else 'GPU time'} lost per step, the most a fix can save.")
 
 steps = state.step_breakdown(state.db_path(), run_id)

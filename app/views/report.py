@@ -24,8 +24,8 @@ report = build_report(state.cur(), run_id)
 rows = review.review_rows(report.get("findings", []), run_store.get_marks(state.cur(), run_id))
 run = report.get("run") or {}
 n_findings, n_ranks = len(report.get("findings", [])), len(report.get("ranks", []))
-st.markdown(f"Review of **{ui.md(run.get('name', run_id))}**: {n_findings} finding{'' if n_findings == 1 else 's'}, "
-            f"{n_ranks} rank{'' if n_ranks == 1 else 's'}, {len(rows)} marked on the Findings page.")
+st.markdown(f"Review of **{ui.md(run.get('name', run_id))}**: {ui.count(n_findings, 'finding')}, "
+            f"{ui.count(n_ranks, 'rank')}, {len(rows)} marked on the Findings page.")
 
 
 # Queried here, in the script run: html_with_charts runs later, when the button is clicked and
