@@ -2,30 +2,75 @@
 
 Imports no torch: the analyzers import this module to fill a finding's `fixes` list.
 
-Predicates read a finding's `metrics` dict. The analyzers' metric keys are not final, so every
-predicate is tolerant: a missing (or non-numeric) key means "unknown", and unknown means the fix
-applies. A predicate only says "does not apply" on positive evidence (e.g. shapes known to vary
-for a CUDA graph), returning the plain reason (or False); `Fix.why_not(metrics)` gives it to the
-report. Each Fix lists the keys it reads in `reads` so both sides can line up.
+A fix's predicate reads a finding's `metrics` and the thresholds (analyzers/thresholds.py, where
+every cut-off lives with its unit and source) and returns the plain reason the fix cannot help,
+or None. `Fix.verdict` turns that into one of three answers:
+  applies     nothing rules the fix out and every metric its predicate reads is measured;
+  ruled_out   the metrics show it cannot help (the reason says why);
+  unknown     nothing rules it out, but a metric it needs is missing, None or unusable (the
+              reason names it): a missing metric never counts as "applies".
+Each Fix lists in `reads` the metric keys it reads; they are keys the kinds it addresses emit
+(each analysis declares them in its SPEC.metric_keys, and tests/test_registry_metrics.py checks
+both sides). For a finding of one kind, only the keys that kind emits can leave it unknown.
 
-Ranking (`fixes_for`): applicable fixes first, then by fit (a per-kind base score saying how
-directly the fix attacks that kind, plus a bonus when the metrics point at it), then by the
-order below.
+Ranking (`fixes_for`): fixes that apply first, then unknown ones, then those ruled out (kept: the
+user may know better than the metrics); within each, by fit (a per-kind base score saying how
+directly the fix attacks that kind, plus a bonus when the metrics point at it), then by the order
+below.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping
 
-FINDING_KINDS = ("launch_gap", "host_sync", "h2d_stall", "dataloader_stall", "rank_imbalance",
-                 "comm_exposed", "runtime_stall", "fp32_matmul")
+from analyzers import thresholds as th
+from analyzers.analyses import analysis_specs
+
+EMITTED_METRICS: dict[str, frozenset[str]] = {
+    kind: spec.metric_keys for kind, spec in analysis_specs().items()}   # declared by the analyses
+FINDING_KINDS = tuple(EMITTED_METRICS)
 NEEDS = frozenset({"cuda", "triton", "multi_rank", "multi_gpu"})
 
 Metrics = Mapping[str, Any]
+Thresholds = Mapping[str, float]
+Predicate = Callable[[Metrics, Thresholds], str | None]
+Bonus = Callable[[Metrics, Thresholds], float]
+
+# What each metric a fix reads means, and the values the analyses emit; unknown verdicts quote it.
+READ_METRICS: dict[str, str] = {
+    "syncs_per_step": "blocking host<->device synchronisations per step",
+    "optimizer_kernel_share": "share (0..1) of the step's kernels launched from optimizer.step",
+    "elementwise_kernel_share": "share (0..1) of the step's kernels that are small elementwise ones",
+    "pageable_share": "share (0..1) of host-to-device bytes copied from pageable memory",
+    "h2d_overlap_pct": "share (0..100 %) of host-to-device copy time overlapped with kernels",
+    "top_callers": "the aten ops the blocking syncs came from ([{op, call, blocked_ms_per_step}])",
+    "num_workers": "DataLoader workers (0: single process; None: some, the trace does not say how many)",
+    "wait_ms_per_step": "time the training loop waits for a batch, ms per step",
+    "step_time_ms": "mean step time, ms",
+    "allocator_share": "share (0..1) of a runtime stall's time in memory-management calls "
+                       "(cudaMalloc, cudaFree, cudaHostAlloc, cuMemCreate, hipMalloc, ...)",
+    "tf32_capable": "whether the GPU has TF32 tensor cores (Ampere or newer; None: GPU not identified)",
+    "tf32_in_use": "whether TF32 tensor-core kernels already run on that rank",
+    "imbalance_source": "why the straggler is late: \"input\" (its inputs are shaped differently), "
+                        "\"compute\" (same shapes, more work) or \"stall\" (no more work: a stall of its own)",
+    "shapes_compared": "whether the ranks' input shapes were compared (False for pipeline stages)",
+    "shape_differs": "whether the straggler's input shapes differ from the other ranks'",
+    "mean_msg_bytes": "mean collective message size, bytes (None: the trace has no message sizes)",
+    "busbw_gbps": "collective bus bandwidth achieved, GB/s (None: the trace has no message sizes)",
+    "collectives_per_step": "collective kernels per step",
+    "bytes_per_step": "bytes the collectives move per step",
+    "overlap_pct": "share (0..100 %) of communication time overlapped with compute",
+    "nodes": "nodes the ranks span (world_size / GPUs per node; absent when GPUs per node is unknown)",
+    "world_size": "ranks in the job",
+    "local_world_size": "GPUs per node, from the trace's deviceProperties",
+}
 
 
 def num(metrics: Metrics | None, *keys: str) -> float | None:
-    """The first of `keys` present in metrics as a real number (bools count as 0/1), else None."""
+    """The first of `keys` present in metrics as a real number (bools count as 0/1), else None.
+
+    Lenient, for a fix module's optional inputs; predicates read through `number` and friends,
+    which tell a missing metric from an unusable one."""
     if not isinstance(metrics, Mapping):
         return None
     for key in keys:
@@ -37,10 +82,91 @@ def num(metrics: Metrics | None, *keys: str) -> float | None:
     return None
 
 
-def flag(metrics: Metrics | None, *keys: str) -> bool | None:
-    """The first of `keys` present as a bool (or 0/1 number), else None (unknown)."""
-    value = num(metrics, *keys)
-    return None if value is None else bool(value)
+# --- reading metrics in predicates ----------------------------------------------------------------
+
+class MetricUnusable(ValueError):
+    """A metric a predicate reads is present but holds what it cannot use (text for a number)."""
+
+    def __init__(self, key: str, value: Any, expected: str):
+        super().__init__(f"{key} is {value!r}, not {expected}")
+        self.key = key
+
+
+def measured(value: Any) -> bool:
+    """Whether a metric's value says something: not None, NaN, or an empty list or mapping."""
+    if value is None or (isinstance(value, float) and value != value):
+        return False
+    return not (isinstance(value, (list, tuple, dict)) and not value)
+
+
+def number(m: Metrics, key: str) -> float | None:
+    """m[key] as a float; None when not measured; MetricUnusable when it is not a number."""
+    value = m.get(key)
+    if not measured(value):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MetricUnusable(key, value, "a number")
+    return float(value)
+
+
+def boolean(m: Metrics, key: str) -> bool | None:
+    """m[key] as a bool; None when not measured; MetricUnusable when it is not a bool."""
+    value = m.get(key)
+    if not measured(value):
+        return None
+    if not isinstance(value, bool):
+        raise MetricUnusable(key, value, "true or false")
+    return value
+
+
+def choice(m: Metrics, key: str, allowed: tuple[str, ...]) -> str | None:
+    """m[key] when it is one of `allowed`; None when not measured; MetricUnusable otherwise."""
+    value = m.get(key)
+    if not measured(value):
+        return None
+    if value not in allowed:
+        raise MetricUnusable(key, value, " or ".join(repr(a) for a in allowed))
+    return value
+
+
+def records(m: Metrics, key: str) -> list[Mapping[str, Any]]:
+    """The mappings in the list m[key] ([] when not measured); MetricUnusable when not a list."""
+    value = m.get(key)
+    if not measured(value):
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise MetricUnusable(key, value, "a list")
+    return [item for item in value if isinstance(item, Mapping)]
+
+
+def resolve_thresholds(thresholds: Thresholds | None = None) -> dict[str, float]:
+    """analyzers.thresholds.DEFAULTS with `thresholds` applied (ValueError names an unknown one)."""
+    return th.resolve(thresholds)
+
+
+# --- verdicts -------------------------------------------------------------------------------------
+
+Status = Literal["applies", "ruled_out", "unknown"]
+APPLIES: Status = "applies"
+RULED_OUT: Status = "ruled_out"
+UNKNOWN: Status = "unknown"
+STATUS_ORDER: dict[str, int] = {APPLIES: 0, UNKNOWN: 1, RULED_OUT: 2}   # how fixes_for ranks them
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a fix suits a finding, from the finding's metrics."""
+    status: Status
+    reason: str = ""                 # ruled_out: why it cannot help; unknown: what is not measured
+    missing: tuple[str, ...] = ()    # unknown: the metric keys missing, None or unusable
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "reason": self.reason, "missing": list(self.missing)}
+
+
+def _unmeasured(keys: tuple[str, ...]) -> str:
+    said = "; ".join(f"{key} ({READ_METRICS.get(key, 'a metric this fix reads')})" for key in keys)
+    return f"the finding does not measure {said}, which decides whether this fix helps"
 
 
 @dataclass(frozen=True)
@@ -55,37 +181,69 @@ class Fix:
     module: str                          # dotted path of the implementation
     demo_module: str                     # dotted path of the demo (exposes run(out_dir, device, steps))
     fit: dict[str, float] = field(default_factory=dict)  # base fit per addressed kind, 0..1
-    reads: tuple[str, ...] = ()          # metric keys the predicate and bonus read
-    predicate: Callable[[Metrics], bool | str | None] | None = None  # False or a reason: does not apply
-    bonus: Callable[[Metrics], float] | None = None             # extra fit from the metrics
+    # metric keys the predicate, the bonus and the fix's own code (given finding["metrics"]) read;
+    # with a predicate, each one the finding's kind emits must be measured for the fix to apply
+    reads: tuple[str, ...] = ()
+    predicate: Predicate | None = None   # the reason the fix cannot help, or None
+    bonus: Bonus | None = None           # extra fit from the metrics
 
     @property
     def demo(self) -> str:
         return f"python -m accel.demo {self.id} --out DIR"
 
-    def applies(self, metrics: Metrics | None = None) -> bool:
-        """True unless the metrics show the fix cannot help (unknown or odd metrics: True)."""
-        return self.why_not(metrics) is None
+    def kind_of(self, metrics: Metrics, kind: str | None = None) -> str:
+        """The finding kind to judge `metrics` as: `kind` when given, else the addressed kind whose
+        metric keys the metrics share most (the first addressed one on a tie)."""
+        if kind is not None:
+            return kind
+        keys = set(metrics)
+        return max(self.addresses, key=lambda k: len(keys & EMITTED_METRICS.get(k, frozenset())))
 
-    def why_not(self, metrics: Metrics | None = None) -> str | None:
-        """The plain reason the metrics rule this fix out, or None when it applies."""
+    def reads_for(self, kind: str) -> tuple[str, ...]:
+        """The keys of `reads` a finding of `kind` carries (all of them for a kind not declared)."""
+        emitted = EMITTED_METRICS.get(kind)
+        return self.reads if emitted is None else tuple(k for k in self.reads if k in emitted)
+
+    def verdict(self, metrics: Metrics | None = None, *, kind: str | None = None,
+                thresholds: Thresholds | None = None) -> Verdict:
+        """applies / ruled_out (with the reason) / unknown (with the metrics not measured) for a
+        finding of `kind` (inferred from the metrics when None) with these metrics."""
         if self.predicate is None:
-            return None
+            return Verdict(APPLIES)
+        m = metrics if isinstance(metrics, Mapping) else {}
+        resolved = resolve_thresholds(thresholds)   # an unknown threshold name is the caller's error
         try:
-            verdict = self.predicate(metrics if isinstance(metrics, Mapping) else {})
-        except Exception:  # a metrics shape we did not foresee must not break a report
-            return None
-        if isinstance(verdict, str) and verdict:
-            return verdict
-        return "the finding's metrics rule it out" if verdict is False else None
+            reason = self.predicate(m, resolved)
+        except MetricUnusable as exc:
+            return Verdict(UNKNOWN, f"the finding's {exc}, which this fix's check cannot read", (exc.key,))
+        except Exception as exc:  # a metrics shape we did not foresee must not break a report
+            return Verdict(UNKNOWN, f"the finding's metrics could not be checked ({type(exc).__name__}: {exc})")
+        if reason:
+            return Verdict(RULED_OUT, reason)
+        missing = tuple(key for key in self.reads_for(self.kind_of(m, kind)) if not measured(m.get(key)))
+        return Verdict(UNKNOWN, _unmeasured(missing), missing) if missing else Verdict(APPLIES)
 
-    def fit_for(self, kind: str, metrics: Metrics | None = None) -> float:
+    def why_not(self, metrics: Metrics | None = None, *, kind: str | None = None,
+                thresholds: Thresholds | None = None) -> str | None:
+        """The plain reason the metrics rule this fix out, or None (it applies, or is unknown)."""
+        verdict = self.verdict(metrics, kind=kind, thresholds=thresholds)
+        return verdict.reason if verdict.status == RULED_OUT else None
+
+    def applies(self, metrics: Metrics | None = None, *, kind: str | None = None,
+                thresholds: Thresholds | None = None) -> bool:
+        """True unless the metrics rule the fix out (also when they leave it unknown: `verdict`
+        tells those apart)."""
+        return self.why_not(metrics, kind=kind, thresholds=thresholds) is None
+
+    def fit_for(self, kind: str, metrics: Metrics | None = None,
+                thresholds: Thresholds | None = None) -> float:
         """How well this fix suits a finding of `kind` with these metrics (higher is better)."""
         score = self.fit.get(kind, 0.5 if kind in self.addresses else 0.0)
         if self.bonus is not None:
             try:
-                score += float(self.bonus(metrics if isinstance(metrics, Mapping) else {}))
-            except Exception:
+                score += float(self.bonus(metrics if isinstance(metrics, Mapping) else {},
+                                          resolve_thresholds(thresholds)))
+            except Exception:  # the bonus only refines the order; odd metrics leave the base fit
                 pass
         return score
 
@@ -95,64 +253,27 @@ class Fix:
                 "description": self.description, "module": self.module, "demo": self.demo}
 
 
-# --- predicates --------------------------------------------------------------------------------
-# Each reads only the keys listed in its Fix's `reads`. Conventions for the analyzers:
-#   static_shapes (bool)          input shapes identical across steps (record_shapes)
-#   distinct_shapes (int)         number of distinct input shape sets across steps
-#   syncs_per_step (number)       blocking host<->device synchronisations per step
-#   optimizer_kernel_share (0..1) share of the step's kernels launched from optimizer.step
-#   elementwise_kernel_share (0..1) share of the step's kernels that are small elementwise ones
-#   median_kernel_us (number)     median kernel duration
-#   pageable_share (0..1)         share of H2D bytes copied from pageable memory
-#   h2d_overlap_pct (0..100)      share of H2D copy time overlapped with kernels
-#   num_workers (int)             DataLoader workers seen in the trace (0 = single process)
-#   imbalance_source (str)        "compute" | "data" | "comm" | ...
-#   busbw_gbps (number)           collective bus bandwidth achieved
-#   mean_msg_bytes (number)       mean collective message size
-#   collectives_per_step (number) collective kernels per step
-#   overlap_pct (0..100)          communication overlapped with compute
-#   grad_accum_steps (int)        micro-steps per optimizer step
-#   nodes, world_size, local_world_size (int)
-#   allocator_share (0..1)        share of a runtime stall's time in memory-management calls
-#                                 (cudaMalloc/cudaFree/cudaHostAlloc/cuMemCreate/hipMalloc...)
-#   tf32_capable (bool)           the trace's GPU has TF32 tensor cores (Ampere or newer)
-#   tf32_in_use (bool)            TF32 tensor-core kernels already run on that rank (TF32 is on)
+# --- predicates: (metrics, thresholds) -> the reason the fix cannot help, or None -----------------
+# Each reads only keys its Fix lists in `reads` (described in READ_METRICS), all of them before it
+# decides (so an unusable one is reported, not skipped), and thresholds by name.
 
-def _graph_capturable(m: Metrics) -> str | None:
-    # A CUDA graph replays fixed shapes and cannot contain host syncs.
-    if flag(m, "static_shapes") is False:
-        return "input shapes change between steps; a CUDA graph replays fixed shapes"
-    distinct = num(m, "distinct_shapes")
-    if distinct is not None and distinct > 1:
-        return f"{distinct:g} distinct input shapes; a CUDA graph replays fixed shapes"
-    # One or two syncs per step are usually the loss.item() / logging after the step, which can
-    # stay outside the captured region; more mean the step body itself syncs.
-    syncs = num(m, "syncs_per_step")
-    if syncs is not None and syncs > 2:
+def _graph_capturable(m: Metrics, t: Thresholds) -> str | None:
+    # A captured step cannot sync; one or two syncs per step (the loss read after the step) can
+    # stay outside the graph.
+    syncs = number(m, "syncs_per_step")
+    if syncs is not None and syncs > t["CUDA_GRAPH_MAX_SYNCS_PER_STEP"]:
         return f"{syncs:g} host syncs per step; a captured step cannot sync"
     return None
 
 
-def _compile_fits(m: Metrics) -> str | None:
-    # reduce-overhead records one CUDA graph per shape set: a few shapes are fine, many recompile.
-    distinct = num(m, "distinct_shapes")
-    if distinct is not None and distinct > 8:
-        return f"{distinct:g} distinct input shapes: one recompile and one CUDA graph each"
-    return None
-
-
-def _optimizer_bound(m: Metrics) -> str | None:
-    share = num(m, "optimizer_kernel_share")
-    if share is not None and share < 0.2:
-        return f"only {share:.0%} of the step's kernels come from the optimizer"
-    return None
-
-
-def _elementwise_bound(m: Metrics) -> str | None:
-    share = num(m, "elementwise_kernel_share")
-    if share is not None and share < 0.2:
-        return f"only {share:.0%} of the step's kernels are small elementwise ones"
-    return None
+def _kernel_share_at_least(key: str, cutoff: str, which: str) -> Predicate:
+    """A predicate ruling a fix out when under `cutoff` of the step's kernels are `which`."""
+    def predicate(m: Metrics, t: Thresholds) -> str | None:
+        share = number(m, key)
+        if share is not None and share < t[cutoff]:
+            return f"only {share:.0%} of the step's kernels {which}"
+        return None
+    return predicate
 
 
 # aten ops whose synchronisation is a host<->device copy (the prefetcher's business); syncs under
@@ -160,18 +281,17 @@ def _elementwise_bound(m: Metrics) -> str | None:
 _COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory", "aten::_pin_memory"})
 
 
-def _copies_exposed(m: Metrics) -> str | None:
-    pageable = num(m, "pageable_share")
-    overlap = num(m, "h2d_overlap_pct")
-    if pageable is not None and overlap is not None and pageable == 0 and overlap >= 90:
+def _copies_exposed(m: Metrics, t: Thresholds) -> str | None:
+    pageable, overlap = number(m, "pageable_share"), number(m, "h2d_overlap_pct")
+    callers = [c for c in records(m, "top_callers") if isinstance(c.get("op"), str)]
+    if pageable == 0 and overlap is not None and overlap >= t["H2D_HIDDEN_OVERLAP_PCT"]:
         return f"copies are already pinned and {overlap:.0f}% overlapped with compute"
-    callers = [c for c in m.get("top_callers") or [] if isinstance(c, Mapping) and isinstance(c.get("op"), str)]
     if callers:   # a host_sync finding: which aten ops the blocking calls came from
         blocked = [(c["op"], num(c, "blocked_ms_per_step") or 0.0) for c in callers]
         total = sum(ms for _, ms in blocked)
         from_copies = sum(ms for op, ms in blocked if op in _COPY_OPS)
         copy_share = from_copies / total if total > 0 else 0.0
-        if copy_share < 0.5 and blocked[0][0] not in _COPY_OPS:
+        if copy_share < t["PREFETCH_MIN_COPY_SYNC_SHARE"] and blocked[0][0] not in _COPY_OPS:
             top_op, top_call = callers[0]["op"], callers[0].get("call", "a sync")
             return (f"the syncs are not input copies: most blocked time is {top_call} under {top_op} (a GPU "
                     "value read on the host: .item(), .tolist(), nonzero, a printed loss, or an explicit "
@@ -180,58 +300,40 @@ def _copies_exposed(m: Metrics) -> str | None:
     return None
 
 
-def _loader_can_grow(m: Metrics) -> str | None:
-    workers = num(m, "num_workers")
-    cpus = num(m, "cpu_count")
-    if workers is not None and cpus is not None and workers >= cpus:
-        return f"already {workers:g} workers on {cpus:g} CPUs: more will not load faster"
-    return None
+IMBALANCE_SOURCES = ("input", "compute", "stall")   # rank_imbalance's imbalance_source values
 
 
-def _imbalance_from_data(m: Metrics) -> str | None:
-    source = m.get("imbalance_source")
+def _imbalance_from_data(m: Metrics, t: Thresholds) -> str | None:
+    source = choice(m, "imbalance_source", IMBALANCE_SOURCES)
+    compared, differs = boolean(m, "shapes_compared"), boolean(m, "shape_differs")
     if source == "stall":
         return ("the straggler is late without doing more work: a stall of its own (a slow fetch, a host "
                 "sync, a throttled or shared device), which balancing the samples cannot even out")
-    if isinstance(source, str) and source not in ("compute", "data", "input"):
-        return f"the imbalance comes from {source}, not from the data each rank gets"
-    if source == "compute" and flag(m, "shapes_compared") is True and flag(m, "shape_differs") is False:
+    if source == "compute" and compared is True and differs is False:
         return ("every rank's ops see the same input shapes: the straggler does more with the same data "
                 "(data-dependent compute) or is a slower device; balancing lengths evens out input sizes only")
     return None
 
 
-_SMALL_MESSAGE_BYTES = 256 * 1024
-
-
-def _bandwidth_bound(m: Metrics) -> str | None:
-    size = num(m, "mean_msg_bytes")
-    if size is not None and size < _SMALL_MESSAGE_BYTES:
-        return (f"the collectives average {size / 1024:,.0f} KiB: small messages are bound by latency, not "
+def _bandwidth_bound(m: Metrics, t: Thresholds) -> str | None:
+    size = number(m, "mean_msg_bytes")
+    if size is not None and size < t["COMM_SMALL_MESSAGE_BYTES"]:
+        return (f"the collectives average {size / 1024:,.0f} KiB (under "
+                f"{t['COMM_SMALL_MESSAGE_BYTES'] / 2**20:g} MiB): small messages are bound by latency, not "
                 "bytes, so sending fewer bytes does not make them faster; merge them into fewer, larger "
                 "buckets (ddp_bucket_tuning) first")
     return None
 
 
-def _slow_link(m: Metrics) -> str | None:
-    small = _bandwidth_bound(m)   # compression of any kind cannot speed up latency-bound messages
+def _slow_link(m: Metrics, t: Thresholds) -> str | None:
+    busbw = number(m, "busbw_gbps")
+    small = _bandwidth_bound(m, t)   # compression of any kind cannot speed up latency-bound messages
     if small:
         return small
-    busbw = num(m, "busbw_gbps")
-    if busbw is not None and busbw >= 50:
-        return (f"the link already reaches {busbw:,.0f} GB/s bus bandwidth (NVLink class): PowerSGD's extra "
-                "compute and collectives cost more than the bytes it saves")
-    return None
-
-
-def _many_small_or_late_buckets(m: Metrics) -> bool | None:
-    return None        # bucket size is a cheap knob worth trying on any exposed DDP comm
-
-
-def _accumulating(m: Metrics) -> str | None:
-    accum = num(m, "grad_accum_steps")
-    if accum is not None and accum <= 1:
-        return "no gradient accumulation (one micro-batch per optimizer step): no all-reduce to skip"
+    if busbw is not None and busbw >= t["LINK_FAST_GBPS"]:
+        return (f"the link already reaches {busbw:,.0f} GB/s bus bandwidth (NVLink class, from "
+                f"{t['LINK_FAST_GBPS']:g} GB/s): PowerSGD's extra compute and collectives cost more than "
+                "the bytes it saves")
     return None
 
 
@@ -239,50 +341,47 @@ _ONE_NODE = ("all ranks are on one node: NCCL's ring/tree is already topology-aw
              "and a hierarchical all-reduce only adds steps")
 
 
-def _multi_node(m: Metrics) -> str | None:
-    nodes = num(m, "nodes")
+def _multi_node(m: Metrics, t: Thresholds) -> str | None:
+    nodes, world, local = number(m, "nodes"), number(m, "world_size"), number(m, "local_world_size")
     if nodes is not None:
         return None if nodes > 1 else _ONE_NODE
-    world, local = num(m, "world_size"), num(m, "local_world_size")
     if world is not None and local is not None and world <= local:
         return _ONE_NODE
     return None
 
 
-def _allocator_bound(m: Metrics) -> str | None:
-    share = num(m, "allocator_share")
-    if share is not None and share < 0.2:
+def _allocator_bound(m: Metrics, t: Thresholds) -> str | None:
+    share = number(m, "allocator_share")
+    if share is not None and share < t["ALLOCATOR_MIN_STALL_SHARE"]:
         return (f"the stalled calls are not memory management (only {share:.0%} of the stalled "
                 "time; the rest is most likely CUDA start-up or lazy module loading): profile after warm-up "
                 "instead")
     return None
 
 
-def _tf32_capable(m: Metrics) -> str | None:
-    if flag(m, "tf32_capable") is False:
+def _tf32_fits(m: Metrics, t: Thresholds) -> str | None:
+    capable, in_use = boolean(m, "tf32_capable"), boolean(m, "tf32_in_use")
+    if capable is False:
         return ("TF32 needs an Ampere or newer GPU (this trace's GPU predates it): use mixed "
                 "precision (amp_autocast) instead")
-    if flag(m, "tf32_in_use") is True:
+    if in_use is True:
         return ("TF32 is already on in this trace (TF32 tensor-core kernels run beside these FP32 ones): "
                 "what is left needs bf16 autocast or shapes cuBLAS can tile (multiples of 8)")
     return None
 
 
-def _share_bonus(key: str, weight: float = 0.3) -> Callable[[Metrics], float]:
-    def bonus(m: Metrics) -> float:
+def _share_bonus(key: str, weight: float) -> Bonus:
+    """A bonus of `weight` times the share (0..1) in metrics[key]."""
+    def bonus(m: Metrics, t: Thresholds) -> float:
         share = num(m, key)
         return 0.0 if share is None else weight * max(0.0, min(1.0, share))
     return bonus
 
 
-def _slow_link_bonus(m: Metrics) -> float:
+def _slow_link_bonus(m: Metrics, t: Thresholds) -> float:
+    # up to 0.3 on a slow link (the less bandwidth, the more), none from LINK_SLOW_GBPS on
     busbw = num(m, "busbw_gbps")
-    return 0.0 if busbw is None else 0.3 * max(0.0, 1.0 - busbw / 50.0)
-
-
-def _pageable_bonus(m: Metrics) -> float:
-    share = num(m, "pageable_share")
-    return 0.0 if share is None else 0.2 * max(0.0, min(1.0, share))
+    return 0.0 if busbw is None else 0.3 * max(0.0, 1.0 - busbw / t["LINK_SLOW_GBPS"])
 
 
 # --- the fixes ---------------------------------------------------------------------------------
@@ -309,7 +408,7 @@ _FIX_LIST = [
         module="accel.kernels.cuda_graph",
         demo_module="accel.demos.cuda_graph",
         fit={"launch_gap": 0.9},
-        reads=("static_shapes", "distinct_shapes", "syncs_per_step"),
+        reads=("syncs_per_step",),
         predicate=_graph_capturable,
     ),
     Fix(
@@ -331,8 +430,7 @@ _FIX_LIST = [
         module="accel.kernels.compile",
         demo_module="accel.demos.compile_reduce_overhead",
         fit={"launch_gap": 0.8},
-        reads=("distinct_shapes", "elementwise_kernel_share"),
-        predicate=_compile_fits,
+        reads=("elementwise_kernel_share",),
         bonus=_share_bonus("elementwise_kernel_share", 0.1),
     ),
     Fix(
@@ -357,7 +455,8 @@ _FIX_LIST = [
         demo_module="accel.demos.fused_optimizer",
         fit={"launch_gap": 0.7},
         reads=("optimizer_kernel_share",),
-        predicate=_optimizer_bound,
+        predicate=_kernel_share_at_least("optimizer_kernel_share", "FUSED_OPTIMIZER_MIN_KERNEL_SHARE",
+                                         "come from the optimizer"),
         bonus=_share_bonus("optimizer_kernel_share", 0.4),
     ),
     Fix(
@@ -379,7 +478,8 @@ _FIX_LIST = [
         demo_module="accel.demos.triton_fused_elementwise",
         fit={"launch_gap": 0.6},
         reads=("elementwise_kernel_share",),
-        predicate=_elementwise_bound,
+        predicate=_kernel_share_at_least("elementwise_kernel_share", "ELEMENTWISE_FUSION_MIN_KERNEL_SHARE",
+                                         "are small elementwise ones"),
         bonus=_share_bonus("elementwise_kernel_share", 0.4),
     ),
     Fix(
@@ -403,7 +503,7 @@ _FIX_LIST = [
         fit={"h2d_stall": 0.9, "host_sync": 0.5, "dataloader_stall": 0.3},
         reads=("pageable_share", "h2d_overlap_pct", "top_callers"),
         predicate=_copies_exposed,
-        bonus=_pageable_bonus,
+        bonus=_share_bonus("pageable_share", 0.2),
     ),
     Fix(
         id="dataloader_tuning",
@@ -426,8 +526,7 @@ _FIX_LIST = [
         module="accel.data.loader_tuning",
         demo_module="accel.demos.dataloader_tuning",
         fit={"dataloader_stall": 0.9, "h2d_stall": 0.4},
-        reads=("num_workers", "cpu_count", "wait_ms_per_step", "step_time_ms"),
-        predicate=_loader_can_grow,
+        reads=("num_workers", "wait_ms_per_step", "step_time_ms"),
     ),
     Fix(
         id="allocator_tuning",
@@ -485,7 +584,7 @@ _FIX_LIST = [
         demo_module="accel.demos.tf32_matmul",
         fit={"fp32_matmul": 0.9},
         reads=("tf32_capable", "tf32_in_use"),
-        predicate=_tf32_capable,
+        predicate=_tf32_fits,
     ),
     Fix(
         id="amp_autocast",
@@ -616,9 +715,7 @@ _FIX_LIST = [
         module="accel.comm.bucket_tuning",
         demo_module="accel.demos.dist_ddp_bucket_tuning",
         fit={"comm_exposed": 0.6},
-        reads=("collectives_per_step", "mean_msg_bytes", "bytes_per_step", "overlap_pct",
-               "static_graph"),
-        predicate=_many_small_or_late_buckets,
+        reads=("collectives_per_step", "mean_msg_bytes", "bytes_per_step", "overlap_pct"),
     ),
     Fix(
         id="no_sync_accumulation",
@@ -641,8 +738,6 @@ _FIX_LIST = [
         module="accel.comm.no_sync",
         demo_module="accel.demos.dist_no_sync_accumulation",
         fit={"comm_exposed": 0.6},
-        reads=("grad_accum_steps",),
-        predicate=_accumulating,
     ),
     Fix(
         id="hierarchical_allreduce",
@@ -680,17 +775,43 @@ def get(fix_id: str) -> Fix:
         raise KeyError(f"unknown fix {fix_id!r}; known: {', '.join(FIXES)}") from None
 
 
-def fixes_for(kind: str, metrics: Metrics | None = None) -> list[str]:
-    """Fix ids addressing `kind`, applicable ones first, each part ranked by fit (best first).
+def fixes_for(kind: str, metrics: Metrics | None = None, thresholds: Thresholds | None = None) -> list[str]:
+    """Fix ids addressing `kind`: those that apply, then unknown ones, then those ruled out, each
+    part ranked by fit (best first).
 
-    Fixes whose predicate rules them out are kept at the end (the user may know better than the
-    metrics), so the list is empty only for kinds no fix addresses.
+    Fixes ruled out stay listed (the user may know better than the metrics), so the list is empty
+    only for kinds no fix addresses.
     """
+    resolved = resolve_thresholds(thresholds)
     order = {fix_id: i for i, fix_id in enumerate(FIXES)}
     candidates = [fix for fix in FIXES.values() if kind in fix.addresses]
-    candidates.sort(key=lambda fix: (not fix.applies(metrics), -fix.fit_for(kind, metrics),
+    status = {fix.id: fix.verdict(metrics, kind=kind, thresholds=resolved).status for fix in candidates}
+    candidates.sort(key=lambda fix: (STATUS_ORDER[status[fix.id]], -fix.fit_for(kind, metrics, resolved),
                                      order[fix.id]))
     return [fix.id for fix in candidates]
+
+
+def verdicts(fix_ids: list[str], metrics: Metrics | None, *, kind: str | None = None,
+             thresholds: Thresholds | None = None) -> dict[str, Verdict]:
+    """{fix id: its Verdict} for a finding of `kind` with these metrics; unknown ids are skipped."""
+    resolved = resolve_thresholds(thresholds)
+    return {fix_id: FIXES[fix_id].verdict(metrics, kind=kind, thresholds=resolved)
+            for fix_id in fix_ids if fix_id in FIXES}
+
+
+def fixes_ruled_out(fix_ids: list[str], metrics: Metrics | None, *, kind: str | None = None,
+                    thresholds: Thresholds | None = None) -> dict[str, str]:
+    """{fix id: why the finding's metrics rule it out} for those of `fix_ids` they rule out."""
+    return {fix_id: v.reason for fix_id, v in verdicts(fix_ids, metrics, kind=kind, thresholds=thresholds).items()
+            if v.status == RULED_OUT}
+
+
+def fixes_unknown(fix_ids: list[str], metrics: Metrics | None, *, kind: str | None = None,
+                  thresholds: Thresholds | None = None) -> dict[str, str]:
+    """{fix id: what the finding does not measure} for those of `fix_ids` left unknown (nothing
+    rules them out, but a metric their check needs is missing, None or unusable)."""
+    return {fix_id: v.reason for fix_id, v in verdicts(fix_ids, metrics, kind=kind, thresholds=thresholds).items()
+            if v.status == UNKNOWN}
 
 
 def list_fixes() -> list[dict[str, Any]]:

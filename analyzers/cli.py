@@ -1,20 +1,36 @@
-"""`python -m analyzers`: ingest traces, list and delete runs, print a run's report.
+"""`python -m analyzers`: ingest traces, list, delete and restore runs, print a run's report.
 
 The output is a contract other tools and CI jobs read (see README.md); keep it stable.
 Exit codes: 0 success, 1 a --fail-on threshold tripped, 2 nothing could be loaded / bad usage
-(also: the report could not be written, the store could not be opened); 130 interrupted.
+(also: the report could not be written, the store could not be opened or is read-only for a
+command that writes); 130 interrupted (SIGINT), 143 terminated (SIGTERM).
+
+Everything printed that came from a trace, a file name or an argument goes through
+safe_text.terminal_safe: no escape sequence, bidi override or undecodable byte reaches the terminal.
 """
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import math
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-EXIT_OK, EXIT_FAIL_ON, EXIT_NOTHING_LOADED, EXIT_INTERRUPTED = 0, 1, 2, 130
+from analyzers.safe_text import TRACE_TEXT_LIMIT, clip, is_utf8_text, terminal_safe, terminal_safe_lines
+
+EXIT_OK, EXIT_FAIL_ON, EXIT_NOTHING_LOADED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse quotes the arguments it refuses ("unrecognized arguments: ..."): shown escaped."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        super()._print_message(terminal_safe_lines(message), file)
 
 
 def _add_db(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +39,10 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m analyzers",
+    from analyzers.runs import TRASH_RETENTION_DAYS
+    from analyzers.thresholds import MIN_FINDING_PCT
+
+    parser = _ArgumentParser(prog="python -m analyzers",
                                      description="TraceDoctor: find what wastes GPU time in PyTorch profiler traces.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -36,7 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("table", "json"), default="table")
     _add_db(p)
 
-    p = sub.add_parser("delete", help="delete a stored run")
+    p = sub.add_parser("delete", help=f"move a stored run to the trash (restore brings it back for "
+                                      f"{TRASH_RETENTION_DAYS:g} days)")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--purge", action="store_true", help="delete it for good instead (also a run in the trash)")
+    _add_db(p)
+
+    p = sub.add_parser("trash", help="list the runs in the trash")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    _add_db(p)
+
+    p = sub.add_parser("restore", help="take a run out of the trash")
     p.add_argument("run_id", metavar="RUN_ID")
     _add_db(p)
 
@@ -47,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("json", "md", "html"), default="json")
     p.add_argument("--out", metavar="FILE", help="write the report here instead of stdout")
     p.add_argument("--fail-on", action="append", default=[], metavar="KIND[:PCT]",
-                   help="exit 1 when a finding of KIND (or 'any') costs >= PCT %% of step time (default 0); "
-                        "repeatable. Findings are reported from 5%% of step time, so a PCT below 5 acts as 5")
+                   help=f"exit 1 when a finding of KIND (or 'any') costs >= PCT %% of step time (default 0); "
+                        f"repeatable. Findings are reported from {MIN_FINDING_PCT:g}%% of step time, so a PCT "
+                        f"below {MIN_FINDING_PCT:g} acts as {MIN_FINDING_PCT:g}")
     _add_db(p)
     return parser
 
@@ -60,8 +90,8 @@ def parse_fail_on(specs: Sequence[str]) -> list[tuple[str, float]]:
     trip would let a CI job pass silently."""
     if not specs:
         return []
-    from analyzers.findings import analysis_modules
-    kinds = sorted(module.KIND for module in analysis_modules())
+    from analyzers.analyses import analysis_specs
+    kinds = sorted(analysis_specs())
     rules = []
     for spec in specs:
         kind, _, pct = spec.partition(":")
@@ -92,43 +122,108 @@ def tripped_rules(report: dict[str, Any], rules: list[tuple[str, float]]) -> lis
     return lines
 
 
-def _print_errors(errors) -> None:
+def _say(line: str) -> None:
+    """One line on stderr, whatever trace text or argument it quotes."""
+    print(terminal_safe(line), file=sys.stderr)
+
+
+def _print_problems(errors, label: str = "error") -> None:
     for e in errors:
-        print(f"error: {e.file}: {e.error}", file=sys.stderr)
+        _say(f"{label}: {e.file}: {e.error}")
 
 
 def _blank_paths(paths: Sequence[str]) -> bool:
     """An empty argument (an unset shell variable) must not mean "the current directory"."""
     if any(not p.strip() for p in paths):
-        print("error: an empty path was given", file=sys.stderr)
+        _say("error: an empty path was given")
         return True
     return False
+
+
+def _bad_name(name: str | None) -> bool:
+    """--name given blank (an unset variable) or not UTF-8: refused, as rename in the dashboard is."""
+    from analyzers.runs import clean_run_name
+
+    if name is None:
+        return False
+    try:
+        clean_run_name(name)
+    except ValueError as exc:
+        _say(f"error: --name: {exc}")
+        return True
+    return False
+
+
+def _actor() -> str:
+    """Who runs the command, for the audit log: the OS user, else 'cli'."""
+    try:
+        user = getpass.getuser()
+    except Exception:   # no user name in the environment nor the password database (a bare container)
+        return "cli"
+    return user if user and is_utf8_text(user) else "cli"
+
+
+def _purge_expired_trash(con) -> None:
+    """Every write command first deletes the runs trashed longer ago than the retention, so the
+    trash empties itself without a scheduler."""
+    from analyzers.runs import purge_trash
+
+    purge_trash(con, actor="retention")   # the retention rule, not the user running this command
+
+
+def _writable(con, what: str) -> bool:
+    """False, after saying why, when the store is open read-only and the command must write to it;
+    else True, once the expired trash is purged."""
+    from analyzers.store import read_only_reason
+
+    reason = read_only_reason(con)
+    if reason is not None:
+        _say(f"error: {reason}; {what} needs to write to it: run this where the store is writable, "
+             "or pass --db with a writable store file")
+        return False
+    _purge_expired_trash(con)
+    return True
+
+
+def _record_ingest(con, result) -> None:
+    from analyzers.runs import record_audit
+
+    if result.run_id is not None and not result.reused:
+        record_audit(con, "ingest", result.run_id, _actor(), f"{len(result.files)} file(s)")
 
 
 def _cmd_ingest(con, args) -> int:
     from analyzers.ingest import ingest_paths
 
-    if _blank_paths(args.paths):
+    if _blank_paths(args.paths) or _bad_name(args.name) or not _writable(con, "ingest"):
         return EXIT_NOTHING_LOADED
     result = ingest_paths(con, args.paths, name=args.name)
-    _print_errors(result.errors)
-    for w in result.warnings:
-        print(f"warning: {w.file}: {w.error}", file=sys.stderr)
+    _print_problems(result.errors)
+    _print_problems(result.warnings, "warning")
     if result.run_id is None:
-        print("error: nothing could be loaded", file=sys.stderr)
+        _say("error: nothing could be loaded")
         return EXIT_NOTHING_LOADED
+    _record_ingest(con, result)
     if result.reused:
-        print(f"note: identical files already stored as run {result.run_id}", file=sys.stderr)
+        _say(f"note: identical files already stored as run {result.run_id}")
     print(result.run_id)
     return EXIT_OK
 
 
 def _format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
+    """Aligned columns; each cell terminal-safe and clipped (names come from traces and users)."""
+    cells = [[("" if r.get(c) is None else terminal_safe(clip(r.get(c), TRACE_TEXT_LIMIT))) for c in columns]
+             for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
+
+
+def _print_json(value: Any) -> None:
+    """JSON on stdout. json.dumps escapes every control character, and (ensure_ascii, its default)
+    every non-ASCII one too, U+202E included: the text cannot drive the terminal."""
+    print(json.dumps(value, indent=2, default=str))
 
 
 def _cmd_runs(con, args) -> int:
@@ -136,11 +231,11 @@ def _cmd_runs(con, args) -> int:
 
     runs = list_runs(con)
     if args.format == "json":
-        print(json.dumps([{
+        _print_json([{
             "run_id": r["run_id"], "name": r["name"], "created_at": r["created_at"].isoformat(),
             "world_size": r["world_size"], "ranks": r["ranks"] or [], "n_events": int(r["n_events"]),
             "tags": list(r["tags"] or []), "source": r["source"],
-        } for r in runs], indent=2))
+        } for r in runs])
     elif not runs:
         print("no runs stored yet; add one with: python -m analyzers ingest PATH")
     else:
@@ -150,51 +245,131 @@ def _cmd_runs(con, args) -> int:
     return EXIT_OK
 
 
-def _cmd_delete(con, args) -> int:
-    from analyzers.runs import delete_run, matching_run_ids
+def _cmd_trash(con, args) -> int:
+    from analyzers.runs import TRASH_RETENTION_DAYS, list_trash
 
-    wanted = args.run_id.strip()
-    if not wanted:       # an unset variable: a blank prefix would match every run
-        print("error: no run id given", file=sys.stderr)
-        return EXIT_NOTHING_LOADED
-    matches = matching_run_ids(con, wanted)
-    if len(matches) > 1:
-        print(f"error: {wanted!r} matches {len(matches)} runs ({', '.join(matches[:5])}"
-              f"{', ...' if len(matches) > 5 else ''}); give more of the id", file=sys.stderr)
-        return EXIT_NOTHING_LOADED
-    if not matches or not delete_run(con, matches[0]):
-        print(f"error: no stored run {wanted!r}", file=sys.stderr)
-        return EXIT_NOTHING_LOADED
-    run_id = matches[0]
-    print(f"deleted {run_id}")
+    trashed = list_trash(con)
+    if args.format == "json":
+        _print_json([{**r, "deleted_at": r["deleted_at"].isoformat()} for r in trashed])
+    elif not trashed:
+        print("the trash is empty")
+    else:
+        print(_format_table([{**r, "deleted_at": r["deleted_at"].strftime("%Y-%m-%d %H:%M")} for r in trashed],
+                            ["run_id", "name", "deleted_at", "deleted_by"]))
+        print(f"runs stay here {TRASH_RETENTION_DAYS:g} days; bring one back with: python -m analyzers restore RUN_ID")
     return EXIT_OK
 
 
+def _unique_match(matches: list[str], wanted: str, nothing: str) -> str | None:
+    """The one run id matching the user's prefix, else None after saying why (none, or several)."""
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        _say(f"error: '{wanted}' matches {len(matches)} runs ({', '.join(matches[:5])}"
+             f"{', ...' if len(matches) > 5 else ''}); give more of the id")
+    else:
+        _say(f"error: {nothing}")
+    return None
+
+
+def _wanted_id(args) -> str | None:
+    wanted = args.run_id.strip()
+    if not wanted:       # an unset variable: a blank prefix would match every run
+        _say("error: no run id given")
+        return None
+    return wanted
+
+
+def _cmd_delete(con, args) -> int:
+    from analyzers.runs import delete_run, matching_run_ids, purge_run
+
+    wanted = _wanted_id(args)
+    if wanted is None or not _writable(con, "delete"):
+        return EXIT_NOTHING_LOADED
+    trashed = matching_run_ids(con, wanted, in_trash=True)
+    if args.purge:
+        run_id = _unique_match(matching_run_ids(con, wanted) + trashed, wanted, f"no stored run '{wanted}'")
+        if run_id is None or not purge_run(con, run_id, actor=_actor()):
+            return EXIT_NOTHING_LOADED
+        print(f"deleted {run_id} for good")
+        return EXIT_OK
+    nothing = (f"run {trashed[0]} is already in the trash; delete it for good with: "
+               f"python -m analyzers delete --purge {trashed[0]}" if len(trashed) == 1 else f"no stored run '{wanted}'")
+    run_id = _unique_match(matching_run_ids(con, wanted), wanted, nothing)
+    if run_id is None or not delete_run(con, run_id, actor=_actor()):
+        return EXIT_NOTHING_LOADED
+    print(f"deleted {run_id} (moved to the trash; bring it back with: python -m analyzers restore {run_id})")
+    return EXIT_OK
+
+
+def _cmd_restore(con, args) -> int:
+    from analyzers.runs import matching_run_ids, restore_run
+
+    wanted = _wanted_id(args)
+    if wanted is None or not _writable(con, "restore"):
+        return EXIT_NOTHING_LOADED
+    run_id = _unique_match(matching_run_ids(con, wanted, in_trash=True), wanted, f"no run '{wanted}' in the trash")
+    if run_id is None or not restore_run(con, run_id, actor=_actor()):
+        return EXIT_NOTHING_LOADED
+    print(f"restored {run_id}")
+    return EXIT_OK
+
+
+def _stored_report(con, run_id: str) -> dict[str, Any] | None:
+    """A stored run's report: re-analysed where the store is writable; on a read-only store the
+    findings already stored, when this version wrote them (else None, after saying why)."""
+    from analyzers.api import analyze_stored_run
+    from analyzers.findings import analysis_is_current
+    from analyzers.report import build_report
+    from analyzers.store import read_only_reason
+
+    reason = read_only_reason(con)
+    if reason is None:
+        _purge_expired_trash(con)
+        return analyze_stored_run(con, run_id)
+    if analysis_is_current(con, run_id):
+        return build_report(con, run_id)
+    _say(f"error: run {run_id} has not been analysed by this version, and {reason}; analyze it once where "
+         "the store is writable")
+    return None
+
+
 def _cmd_analyze(con, args) -> int:
-    from analyzers.api import analyze_stored_run, ingest_and_analyze
+    from analyzers.api import ingest_and_analyze
     from analyzers.report import render_html, render_markdown
-    from analyzers.runs import resolve_run_id
+    from analyzers.runs import matching_run_ids, resolve_run_id
 
     try:
         rules = parse_fail_on(args.fail_on)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return EXIT_NOTHING_LOADED
-    if _blank_paths(args.paths):
+    if _blank_paths(args.paths) or _bad_name(args.name):
         return EXIT_NOTHING_LOADED
 
-    stored = resolve_run_id(con, args.paths[0]) if len(args.paths) == 1 and not Path(args.paths[0]).exists() else None
+    maybe_id = args.paths[0] if len(args.paths) == 1 and not Path(args.paths[0]).exists() else None
+    stored = resolve_run_id(con, maybe_id) if maybe_id is not None else None
     if stored is not None:
-        report = analyze_stored_run(con, stored)
+        report = _stored_report(con, stored)
+        if report is None:
+            return EXIT_NOTHING_LOADED
     else:
+        trashed = matching_run_ids(con, maybe_id, in_trash=True) if maybe_id is not None else []
+        if len(trashed) == 1:
+            _say(f"error: run {trashed[0]} is in the trash; bring it back with: python -m analyzers restore {trashed[0]}")
+            return EXIT_NOTHING_LOADED
+        if not _writable(con, "analyze of trace files (they are ingested first)"):
+            return EXIT_NOTHING_LOADED
         outcome = ingest_and_analyze(con, args.paths, name=args.name)
-        _print_errors(outcome.errors)
+        _print_problems(outcome.errors)
+        _record_ingest(con, outcome.ingest)
         report = outcome.report
         if report is None:
             from analyzers.api import empty_report
             report = empty_report(outcome.errors)
             _emit(json.dumps(report, indent=2, default=str) if args.format == "json" else
-                  "nothing could be loaded:\n" + "\n".join(f"- {e.file}: {e.error}" for e in outcome.errors),
+                  "nothing could be loaded:\n" + "\n".join(terminal_safe(f"- {e.file}: {e.error}")
+                                                           for e in outcome.errors),
                   args.out)
             return EXIT_NOTHING_LOADED
 
@@ -208,7 +383,7 @@ def _cmd_analyze(con, args) -> int:
 
     tripped = tripped_rules(report, rules)
     for line in tripped:
-        print(line, file=sys.stderr)
+        _say(line)
     return EXIT_FAIL_ON if tripped else EXIT_OK
 
 
@@ -226,34 +401,78 @@ def _emit(text: str, out: str | None) -> None:
         print(text)
 
 
-COMMANDS = {"ingest": _cmd_ingest, "runs": _cmd_runs, "delete": _cmd_delete, "analyze": _cmd_analyze}
+COMMANDS = {"ingest": _cmd_ingest, "runs": _cmd_runs, "trash": _cmd_trash, "delete": _cmd_delete,
+            "restore": _cmd_restore, "analyze": _cmd_analyze}
+
+# The signals that stopped the command, in order: DuckDB turns the KeyboardInterrupt raised in the
+# handler into its own error ("Query interrupted", a RuntimeError in DuckDB 2.0), so the exit
+# code is chosen from what was received, not from the exception that arrives.
+_received_signals: list[int] = []
+_SIGNAL_EXITS = {signal.SIGINT: (EXIT_INTERRUPTED, "interrupted"), signal.SIGTERM: (EXIT_TERMINATED, "terminated")}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _stop_on_signal(signum: int, frame) -> None:
+    _received_signals.append(signum)
+    raise KeyboardInterrupt
+
+
+def _stopped() -> int:
+    """One line on stderr and the exit code of the first signal received (Ctrl-C when none was)."""
+    code, what = _SIGNAL_EXITS[_received_signals[0] if _received_signals else signal.SIGINT]
+    _say(f"{what} (a run is stored whole or not at all)")
+    return code
+
+
+def _catch_stop_signals() -> dict[int, Any]:
+    """Route SIGINT and SIGTERM to _stop_on_signal (only the main thread may set handlers; a
+    caller on another thread keeps Python's own); returns the handlers to put back."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, _stop_on_signal) for signum in _SIGNAL_EXITS}
+
+
+def _run_command(args) -> int:
     import duckdb
 
     from analyzers.store import StoreBusy, connect_waiting
 
     try:
-        con = connect_waiting(args.db)
+        con = connect_waiting(args.db, read_only=None)   # read-only where it cannot be written: reads still work
     except StoreBusy as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return EXIT_NOTHING_LOADED
+    except KeyboardInterrupt:
+        return _stopped()
     except Exception as exc:  # a corrupt store file, a bad path: say which, no traceback
-        print(f"error: cannot open store {args.db or 'default'}: {exc}", file=sys.stderr)
+        if _received_signals:
+            return _stopped()
+        _say(f"error: cannot open store {args.db or 'default'}: {exc}")
         return EXIT_NOTHING_LOADED
     try:
         return COMMANDS[args.command](con, args)
     except _OutputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return EXIT_NOTHING_LOADED
     except BrokenPipeError:
         # the reader went away (`| head`): nothing left to say; keep Python from complaining at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except (KeyboardInterrupt, duckdb.InterruptException):
-        print("interrupted (a run is stored whole or not at all)", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _stopped()
+    except Exception:
+        if _received_signals:   # DuckDB's own error for the interrupted query
+            return _stopped()
+        raise
     finally:
         con.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _received_signals.clear()
+    previous_handlers = _catch_stop_signals()
+    try:
+        return _run_command(args)
+    finally:
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)

@@ -11,10 +11,11 @@ medium, else low); findings under MIN_FINDING_PCT are dropped as noise.
 """
 from __future__ import annotations
 
+import ast
+import dataclasses
+import functools
 import hashlib
-import importlib
 import json
-import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -23,37 +24,94 @@ import duckdb
 
 from analyzers import thresholds as th
 from analyzers.metrics import rank_breakdown_rows
+from analyzers.contract import clip_strings
+from analyzers.integrity import integrity_notes
+from analyzers.analyses import analysis_modules, analysis_specs, gap_causes
 from analyzers.model import Finding
+from analyzers.root_causes import (RunCosts, group_across_ranks, link_consequences, order_findings, run_costs,
+                                   unmet_needs)
+from analyzers.safe_text import SUMMARY_LIMIT, clip
 from analyzers.sqlrun import ensure_loaded, run_cache
 
-ANALYSES_PACKAGE = "analyzers.analyses"
+
+
+def _without_prose(path: Path) -> bytes:
+    """What of a source file decides findings: Python without docstrings and comments (its AST),
+    SQL without comment lines and blank lines."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".sql":
+        return "\n".join(line.strip() for line in text.splitlines()
+                         if line.strip() and not line.strip().startswith("--")).encode()
+    tree = ast.parse(text)
+    _drop_docstrings(tree)
+    return ast.dump(tree).encode()
+
+
+def _drop_docstrings(tree: ast.AST) -> None:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+
+
+# Keyword arguments of the registry's Fix entries that are prose (what a user reads), not ranking.
+_REGISTRY_PROSE_KEYWORDS = frozenset({"title", "snippet", "description"})
+
+
+def _registry_fingerprint() -> bytes:
+    """accel/registry.py as it ranks fixes: its code and data without docstrings, comments and the
+    prose of its entries (titles, snippets, descriptions); empty without accel/."""
+    path = Path(__file__).resolve().parents[1] / "accel" / "registry.py"
+    if not path.is_file():
+        return b""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    _drop_docstrings(tree)
+    for node in ast.walk(tree):
+        for keyword in getattr(node, "keywords", None) or []:
+            if keyword.arg in _REGISTRY_PROSE_KEYWORDS:
+                keyword.value = ast.Constant("")
+    return ast.dump(tree).encode()
 
 
 def _analysis_version() -> str:
-    """A hash of the code that turns a run's events into findings (analyses, their SQL, costing,
-    thresholds, the fix registry): a run whose stored findings carry another version was analysed
-    by other code (an older TraceDoctor, or never) and is analysed again when opened."""
+    """A hash of what turns a run's events into findings (the SQL library, the analyses, costing,
+    thresholds, the fix registry's ranking), prose left out: a run whose stored findings carry
+    another version was analysed by other code (an older TraceDoctor, or never) and is analysed
+    again when opened; a reworded comment, docstring or fix snippet does not force that."""
     package = Path(__file__).resolve().parent
-    sources = sorted([*package.glob("analyses/*.py"), *package.glob("sql/*.sql"),
-                      *(package / name for name in ("findings.py", "thresholds.py", "metrics.py", "sqlrun.py")),
-                      package.parent / "accel" / "registry.py"])
+    sources = sorted([*package.glob("analyses/**/*.py"), *package.glob("analyses/*/*.sql"),
+                      *package.glob("sql/**/*.sql"),
+                      *(package / name for name in ("findings.py", "root_causes.py", "thresholds.py", "metrics.py",
+                                                    "sqlrun.py", "contract.py", "integrity.py"))])
     digest = hashlib.blake2b(digest_size=8)
     for source in sources:
         if source.is_file():
-            digest.update(source.name.encode() + b"\0" + source.read_bytes())
+            digest.update(source.relative_to(package).as_posix().encode() + b"\0" + _without_prose(source))
+    digest.update(_registry_fingerprint())
     return digest.hexdigest()
 
 
-ANALYSIS_VERSION = _analysis_version()
+@functools.cache
+def analysis_version() -> str:
+    """This code's analysis version (computed once, on first use: the registry it hashes imports
+    this module)."""
+    return _analysis_version()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ANALYSIS_VERSION":    # module constant, computed lazily (see analysis_version)
+        return analysis_version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
 class RankInfo:
     """What every analysis needs to know about one rank to cost a finding."""
     rank: int
-    n_steps: int              # ProfilerStep windows (0 = none)
+    n_steps: int              # steps (ProfilerStep windows, else inferred iterations; 0 = none)
     steps_divisor: int        # n_steps, or 1 when there are none: totals / this = per step
-    mean_step_ns: float | None  # mean ProfilerStep time; the GPU span without steps; None if neither
+    mean_step_ns: float | None  # mean step time; the GPU span without steps; None if neither
     has_gpu: bool
 
 
@@ -89,8 +147,9 @@ class AnalysisContext:
         pct = self.cost_pct(rank, cost_ns)
         return Finding(finding_id=finding_id, kind=kind, severity=th.severity(pct, self.thresholds),
                        rank=rank, step=step, stream=stream, t_start_ns=t_start_ns, t_end_ns=t_end_ns,
-                       cost_ns=int(round(cost_ns)), cost_pct=round(pct, 3), summary=summary,
-                       metrics=_jsonable(dict(metrics or {})))
+                       cost_ns=int(round(cost_ns)), cost_pct=round(pct, 3),
+                       # trace names (op, kernel, call names) inside are clipped where they enter
+                       summary=clip(summary, SUMMARY_LIMIT), metrics=clip_strings(_jsonable(dict(metrics or {}))))
 
 
 def _jsonable(value: Any) -> Any:
@@ -115,10 +174,7 @@ def build_context(con: duckdb.DuckDBPyConnection, run_id: str,
                               mean_step_ns=row["mean_step_ns"], has_gpu=row["gpu_events"] > 0)
         for row in rows
     }
-    extra: dict[str, float] = {}
-    for module in analysis_modules():
-        extra.update(getattr(module, "DEFAULT_THRESHOLDS", {}) or {})
-    ctx = AnalysisContext(run_id=run_id, thresholds=th.resolve(thresholds, extra), ranks=ranks)
+    ctx = AnalysisContext(run_id=run_id, thresholds=th.resolve(thresholds), ranks=ranks)
     left_out = set()
     if any(not r.has_gpu for r in ranks.values()) and any(r.n_steps for r in ranks.values()):
         # GPU work is counted only when launched inside the rank's steps (HTA's rule), so a
@@ -126,20 +182,44 @@ def build_context(con: duckdb.DuckDBPyConnection, run_id: str,
         left_out = {row[0] for row in con.execute(
             "SELECT DISTINCT rank FROM events WHERE run_id = ? AND kind IN ('kernel', 'memcpy', 'memset')",
             [run_id]).fetchall()}
-    ctx.notes.extend(run_notes_from_ranks(ranks, left_out))
+    # ranks whose steps were inferred from a repeating marker (lib/steps.sql inferred_steps)
+    inferred = {rank: InferredSteps(source, marker, count) for rank, source, marker, count in con.execute(
+        "SELECT rank, any_value(source), any_value(marker), count(*) FROM steps(?) "
+        "WHERE source <> 'profiler_step' GROUP BY rank", [run_id]).fetchall()}
+    ctx.notes.extend(run_notes_from_ranks(ranks, left_out, inferred))
     return ctx
 
 
-def run_notes_from_ranks(ranks: Mapping[int, RankInfo], gpu_work_ranks: set[int] = frozenset()) -> list[str]:
+@dataclass(frozen=True)
+class InferredSteps:
+    """How a rank without ProfilerStep ranges got its steps (lib/steps.sql inferred_steps)."""
+    source: str     # 'inferred:dataloader' | 'inferred:optimizer' | 'inferred:op'
+    marker: str     # the repeating event's name
+    count: int      # iterations counted as steps (start-up iterations excluded)
+
+    def describe(self) -> str:
+        """The marker in plain words, e.g. "DataLoader.__next__"."""
+        if self.source == "inferred:dataloader":
+            return "DataLoader.__next__"
+        if self.source == "inferred:optimizer":
+            return clip(self.marker)      # trace text: clipped where it enters a note
+        return f"the top-level op {clip(self.marker)}"
+
+
+def run_notes_from_ranks(ranks: Mapping[int, RankInfo], gpu_work_ranks: set[int] = frozenset(),
+                         inferred: Mapping[int, InferredSteps] | None = None) -> list[str]:
     """Plain-words caveats about what the analyses could look at. gpu_work_ranks: ranks with
-    GPU events at all (counted or not); a rank in it without counted activity had its work left out."""
+    GPU events at all (counted or not); a rank in it without counted activity had its work left out.
+    inferred: the ranks without ProfilerStep ranges whose steps were inferred, and how."""
     notes = []
+    inferred = inferred or {}
     no_counted = sorted(r.rank for r in ranks.values() if not r.has_gpu)
     left_out = [r for r in no_counted if r in gpu_work_ranks]
     cpu_only = [r for r in no_counted if r not in gpu_work_ranks]
     if ranks and len(cpu_only) == len(ranks):
-        notes.append("The trace has no GPU activity (no kernels, copies or memsets): GPU analyses "
-                     "(idle time, launch gaps, copies, communication) were skipped.")
+        notes.append("The trace has no GPU activity (no kernels, copies or memsets): the GPU analyses (idle "
+                     "time, launch gaps, copies, FP32 matmuls) were skipped; the data loader, rank balance and "
+                     "communication are measured on the host (time the training thread waits).")
     elif cpu_only:
         notes.append(f"Rank(s) {', '.join(map(str, cpu_only))} have no GPU activity; GPU analyses "
                      "skipped them.")
@@ -147,10 +227,26 @@ def run_notes_from_ranks(ranks: Mapping[int, RankInfo], gpu_work_ranks: set[int]
         notes.append(f"Rank(s) {', '.join(map(str, left_out))} have GPU work but no ProfilerStep#N ranges while "
                      "other ranks have them: only GPU work launched inside the profiled steps counts (HTA's "
                      "rule), so GPU analyses skipped them. Profile every rank with the same schedule.")
-    no_steps = sorted(r.rank for r in ranks.values() if r.n_steps == 0 and r.rank not in left_out)
+    inferred_ranks = sorted(r for r in inferred if r in ranks and r not in left_out)
+    if inferred_ranks:
+        # ranks inferred alike share one clause: "ranks 0, 1: 11 iterations from DataLoader.__next__"
+        alike: dict[tuple[int, str], list[int]] = {}
+        for rank in inferred_ranks:
+            alike.setdefault((inferred[rank].count, inferred[rank].describe()), []).append(rank)
+        how = "; ".join(f"rank{'s' if len(group) > 1 else ''} {', '.join(map(str, group))}: {count} "
+                        f"iteration{'s' if count != 1 else ''} inferred from {marker}"
+                        for (count, marker), group in alike.items())
+        notes.append(f"Rank(s) {', '.join(map(str, inferred_ranks))} have no ProfilerStep#N ranges: steps are "
+                     f"the iterations where the trace repeats ({how}), each from one occurrence to the next. "
+                     "Start-up is not counted: what comes before the second occurrence (CUDA context, lazy "
+                     "loading, the first batch), nor the iterations right after it that still take over twice "
+                     "the median; costs are per inferred iteration.")
+    no_steps = sorted(r.rank for r in ranks.values()
+                      if r.n_steps == 0 and r.rank not in left_out and r.rank not in inferred)
     if no_steps:
-        notes.append(f"Rank(s) {', '.join(map(str, no_steps))} have no ProfilerStep#N ranges: costs "
-                     "there are per whole trace (treated as one step), not per step.")
+        notes.append(f"Rank(s) {', '.join(map(str, no_steps))} have no ProfilerStep#N ranges and nothing in them "
+                     "repeats to infer iterations from: costs there are per whole trace (treated as one step), "
+                     "not per step.")
     return notes
 
 
@@ -160,50 +256,56 @@ def run_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
 
 
 def kinds_measured_without_gpu() -> frozenset[str]:
-    """Kinds an analysis can cost on a trace with no GPU activity (MEASURED_WITHOUT_GPU): there a
-    kind's absence means 0, for every other kind it means "not measurable here"."""
-    return frozenset(m.KIND for m in analysis_modules() if getattr(m, "MEASURED_WITHOUT_GPU", False))
+    """Kinds an analysis can cost on a trace with no GPU activity (AnalysisSpec.measured_without_gpu):
+    there a kind's absence means 0, for every other kind it means "not measurable here"."""
+    return frozenset(kind for kind, spec in analysis_specs().items() if spec.measured_without_gpu)
 
 
-def analysis_modules() -> list[Any]:
-    """Every module of analyzers/analyses exposing KIND and find, in name order."""
-    package = importlib.import_module(ANALYSES_PACKAGE)
-    modules = []
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{ANALYSES_PACKAGE}.{info.name}")
-        if hasattr(module, "KIND") and callable(getattr(module, "find", None)):
-            modules.append(module)
-    return modules
-
-
-def _fix_ids(kind: str, metrics: Mapping[str, Any]) -> list[str]:
+def _fix_ids(kind: str, metrics: Mapping[str, Any], thresholds: Mapping[str, float]) -> list[str]:
     """accel.registry.fixes_for, tolerating its absence (the analyzers work without accel/)."""
     try:
         from accel.registry import fixes_for
     except ImportError:
         return []
     try:
-        return list(fixes_for(kind, metrics))
+        return list(fixes_for(kind, metrics, thresholds))
     except Exception:  # a registry bug must not lose the findings
         return []
 
 
-def fixes_ruled_out(fix_ids: list[str], metrics: Mapping[str, Any]) -> dict[str, str]:
-    """{fix id: the plain reason} for the fixes a finding's own metrics rule out (they stay at the
-    end of its fixes list: the user may know better). Empty without accel/."""
+def _fix_needs_unmet(fix_id: str, trace: RunCosts | Mapping[str, Any] | None) -> str | None:
+    """Why the trace cannot use this fix (it needs CUDA or several ranks the trace lacks), or None."""
     try:
         from accel.registry import FIXES
     except ImportError:
-        return {}
-    out = {}
+        return None
+    fix = FIXES.get(fix_id)
+    if fix is None or trace is None:
+        return None
+    facts = trace.to_dict() if isinstance(trace, RunCosts) else trace
+    return unmet_needs(fix.needs, bool(facts.get("has_gpu", True)), int(facts.get("ranks") or 1))
+
+
+def fix_verdicts(kind: str, fix_ids: list[str], metrics: Mapping[str, Any],
+                 trace: Mapping[str, Any] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """({fix id: why it cannot help here}, {fix id: what the finding does not measure that its
+    check needs}) for a finding's fixes: ruled out by the trace (a CUDA fix on a CPU trace, a
+    multi-rank fix on one rank; `trace` is the run's stored RunCosts) or by the finding's own
+    metrics. Both stay in its fixes list (ruled out last: the user may know better). Empty
+    without accel/."""
+    try:
+        from accel.registry import fixes_ruled_out, fixes_unknown
+    except ImportError:
+        return {}, {}
+    thresholds = th.resolve((trace or {}).get("thresholds") if isinstance(trace, Mapping) else None)
+    ruled_out = fixes_ruled_out(fix_ids, metrics, kind=kind, thresholds=thresholds)
     for fix_id in fix_ids:
-        fix = FIXES.get(fix_id)
-        reason = fix.why_not(metrics) if fix is not None else None
-        if reason:
-            out[fix_id] = reason
-    return out
+        unmet = _fix_needs_unmet(fix_id, trace)
+        if unmet:
+            ruled_out[fix_id] = unmet
+    unknown = {k: v for k, v in fixes_unknown(fix_ids, metrics, kind=kind, thresholds=thresholds).items()
+               if k not in ruled_out}
+    return ruled_out, unknown
 
 
 def _unique_ids(findings: list[Finding]) -> None:
@@ -216,51 +318,107 @@ def _unique_ids(findings: list[Finding]) -> None:
             seen[f.finding_id] = 0
 
 
-def store_findings(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[Finding]) -> None:
-    """Replace the run's rows in `findings` (one transaction)."""
+def store_findings(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[Finding],
+                   notes: list[str] = (), costs: RunCosts | None = None) -> None:
+    """Replace the run's findings, analysis notes and run-level costs (one transaction)."""
     con.execute("BEGIN TRANSACTION")
     try:
+        con.execute("DELETE FROM analysis_notes WHERE run_id = ?", [run_id])
+        if notes:
+            con.executemany("INSERT INTO analysis_notes VALUES (?, ?, ?)", [[run_id, i, n] for i, n in enumerate(notes)])
         con.execute("DELETE FROM findings WHERE run_id = ?", [run_id])
         if findings:
             con.executemany(
-                "INSERT INTO findings (run_id, finding_id, kind, severity, rank, step, stream, t_start_ns, "
-                "t_end_ns, cost_ns, cost_pct, metrics, fix_ids, summary) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [[run_id, f.finding_id, f.kind, f.severity, f.rank, f.step, f.stream, f.t_start_ns, f.t_end_ns,
-                  f.cost_ns, f.cost_pct, json.dumps(f.metrics), list(f.fix_ids), f.summary] for f in findings])
-        con.execute("UPDATE runs SET analysis_version = ? WHERE run_id = ?", [ANALYSIS_VERSION, run_id])
+                "INSERT INTO findings (run_id, finding_id, kind, severity, rank, ranks, caused_by, step, stream, "
+                "t_start_ns, t_end_ns, cost_ns, cost_pct, metrics, fix_ids, summary) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [[run_id, f.finding_id, f.kind, f.severity, f.rank, list(f.ranks), f.caused_by, f.step, f.stream,
+                  f.t_start_ns, f.t_end_ns, f.cost_ns, f.cost_pct, json.dumps(f.metrics), list(f.fix_ids), f.summary]
+                 for f in findings])
+        _carry_marks_to_root_causes(con, run_id)
+        con.execute("UPDATE runs SET analysis_version = ?, analysis_summary = ? WHERE run_id = ?",
+                    [analysis_version(), None if costs is None else json.dumps(costs.to_dict()), run_id])
         con.execute("COMMIT")
     except Exception:
-        con.execute("ROLLBACK")
+        try:    # DuckDB may have ended the transaction already (a failed COMMIT)
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
         raise
+
+
+def _carry_marks_to_root_causes(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Review marks made on per-rank findings ("launch_gap:r3", "launch_gap:r0:s7", as older versions
+    named them) move to the finding of their cause ("launch_gap"), the newest mark winning, unless
+    that finding already has its own mark: a re-analysis after an upgrade keeps the team's reviews."""
+    con.execute("""
+        INSERT INTO finding_marks (run_id, finding_id, status, note, updated_at)
+        SELECT m.run_id, m.cause_id, arg_max(m.status, m.updated_at), arg_max(m.note, m.updated_at), max(m.updated_at)
+        FROM (SELECT *, regexp_extract(finding_id, '^([A-Za-z0-9_]+):r-?\\d+', 1) AS cause_id
+              FROM finding_marks WHERE run_id = $run_id) m
+        WHERE m.cause_id <> ''
+          AND m.cause_id IN (SELECT finding_id FROM findings WHERE run_id = $run_id)
+          AND m.cause_id NOT IN (SELECT finding_id FROM finding_marks WHERE run_id = $run_id)
+        GROUP BY m.run_id, m.cause_id""", {"run_id": run_id})
+    con.execute("""
+        DELETE FROM finding_marks
+        WHERE run_id = $run_id AND regexp_matches(finding_id, '^[A-Za-z0-9_]+:r-?\\d+')""", {"run_id": run_id})
 
 
 def run_analyses(con: duckdb.DuckDBPyConnection, run_id: str,
                  thresholds: Mapping[str, Any] | None = None) -> tuple[list[Finding], list[str]]:
-    """Every analysis on the run: (findings ranked by cost, notes). Stores nothing."""
+    """Every analysis on the run: (findings, root causes first, each consequence after its cause;
+    notes). Stores nothing."""
+    findings, notes, _ = analyze_root_causes(con, run_id, thresholds)
+    return findings, notes
+
+
+def analyze_root_causes(con: duckdb.DuckDBPyConnection, run_id: str,
+                        thresholds: Mapping[str, Any] | None = None) -> tuple[list[Finding], list[str], RunCosts]:
+    """Every analysis on the run, its per-rank findings grouped into one finding per cause
+    (analyzers.root_causes), consequences linked to their cause: (findings, notes, RunCosts)."""
     ensure_loaded(con)
-    with run_cache(con, run_id):   # the shared per-run views, computed once for all analyses
-        ctx = build_context(con, run_id, thresholds)
+    resolved = th.resolve(thresholds)
+    with run_cache(con, run_id, resolved):   # the shared per-run views, computed once for all analyses
+        ctx = build_context(con, run_id, resolved)
         findings: list[Finding] = []
         for module in analysis_modules():
             try:
                 findings.extend(module.find(con, run_id, ctx))
-            except duckdb.Error as exc:  # one broken analysis must not hide the others' findings
-                ctx.notes.append(f"The {module.KIND} analysis failed on this run: {exc}")
+            except Exception as exc:  # one broken analysis must not hide the others' findings
+                ctx.notes.append(f"The {module.SPEC.kind} analysis failed on this run: {exc}")
+        try:
+            gap_rows = gap_causes(con, run_id, ctx) if ctx.has_gpu else []
+        except duckdb.Error as exc:    # costs that cannot be split by cause: no "unexplained idle" figure
+            gap_rows = []
+            ctx.notes.append(f"GPU idle time could not be split by cause on this run: {exc}")
+        ctx.notes.extend(integrity_notes(con, run_id, ctx.thresholds))
     min_pct = ctx.thresholds["MIN_FINDING_PCT"]
-    findings = [f for f in findings if f.cost_pct >= min_pct]
+    findings = group_across_ranks([f for f in findings if f.cost_pct >= min_pct])
+    link_consequences(findings, ctx.thresholds["STRAGGLER_EXPLAINED_FRACTION"],
+                      {kind: spec.title for kind, spec in analysis_specs().items()})
     for f in findings:
-        f.fix_ids = _fix_ids(f.kind, f.metrics)
-    findings.sort(key=lambda f: (-f.cost_ns, -f.cost_pct, f.finding_id))
+        f.fix_ids = _fix_ids(f.kind, f.metrics, ctx.thresholds)
+    findings = order_findings(findings)
     _unique_ids(findings)
-    return findings, ctx.notes
+    costs = dataclasses.replace(
+        run_costs(findings, {r.rank: r.mean_step_ns for r in ctx.ranks.values()}, gap_rows,
+                  {r.rank: r.steps_divisor for r in ctx.ranks.values()}, ctx.has_gpu),
+        thresholds={k: v for k, v in ctx.thresholds.items() if th.DEFAULTS.get(k) != v})
+    for f in findings:   # fixes needing what the trace lacks (CUDA, several ranks) go last
+        f.fix_ids = sorted(f.fix_ids, key=lambda fix_id: _fix_needs_unmet(fix_id, costs) is not None)
+    if costs.step_ms and costs.root_cause_ms > costs.step_ms * 1.001:
+        ctx.notes.append(f"The findings' costs add up to {costs.root_cause_ms:.2f} ms per step, more than the "
+                         f"{costs.step_ms:.2f} ms step: some of them overlap (e.g. on different ranks), so fixing "
+                         f"all of them saves at most the step time.")
+    return findings, ctx.notes, costs
 
 
 def analyze_run(con: duckdb.DuckDBPyConnection, run_id: str,
                 thresholds: Mapping[str, Any] | None = None) -> list[Finding]:
     """Run all analyses, replace the run's rows in `findings`, return findings by cost (desc)."""
-    findings, notes = run_analyses(con, run_id, thresholds)
-    store_findings(con, run_id, findings)
-    _remember_notes(con, run_id, notes)
+    findings, notes, costs = analyze_root_causes(con, run_id, thresholds)
+    store_findings(con, run_id, findings, notes, costs)
     return findings
 
 
@@ -268,23 +426,16 @@ def analysis_is_current(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     """Whether the run's stored findings come from this code (False: never analysed, e.g. loaded
     with `python -m analyzers ingest`, or analysed by an older version)."""
     row = con.execute("SELECT analysis_version FROM runs WHERE run_id = ?", [run_id]).fetchone()
-    return row is None or row[0] == ANALYSIS_VERSION
-
-
-def _remember_notes(con: duckdb.DuckDBPyConnection, run_id: str, notes: list[str]) -> None:
-    """Keep the analyses' notes for build_report on this connection (a TEMP table: notes are
-    cheap to recompute and never go stale in the store)."""
-    con.execute("CREATE TEMP TABLE IF NOT EXISTS tracedoctor_analysis_notes (run_id VARCHAR, seq INTEGER, note VARCHAR)")
-    con.execute("DELETE FROM tracedoctor_analysis_notes WHERE run_id = ?", [run_id])
-    if notes:
-        con.executemany("INSERT INTO tracedoctor_analysis_notes VALUES (?, ?, ?)", [[run_id, i, n] for i, n in enumerate(notes)])
+    return row is None or row[0] == analysis_version()
 
 
 def analysis_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
-    """The notes of the last analyze_run of this run on this connection, else the caveats
-    derivable without running the analyses (run_notes)."""
+    """The notes stored with the run's findings by its last analyze_run; for a run analysed by a
+    version that did not store them, the caveats derivable without running the analyses."""
     try:
-        rows = con.execute("SELECT note FROM temp.tracedoctor_analysis_notes WHERE run_id = ? ORDER BY seq", [run_id]).fetchall()
-    except duckdb.Error:    # no analysis ran on this connection yet
+        rows = con.execute("SELECT note FROM analysis_notes WHERE run_id = ? ORDER BY seq", [run_id]).fetchall()
+    except duckdb.CatalogException:    # an old store opened read-only, without the table
         rows = []
-    return [r[0] for r in rows] if rows else run_notes(con, run_id)
+    if rows or analysis_is_current(con, run_id):
+        return [r[0] for r in rows]
+    return run_notes(con, run_id)

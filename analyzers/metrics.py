@@ -1,4 +1,4 @@
-"""Per-rank figures of a run (issue #2), computed in SQL (analyzers/sql/metrics.sql).
+"""Per-rank figures of a run, computed in SQL (analyzers/sql/metrics/rank_breakdown.sql).
 
 Definitions follow Holistic Trace Analysis (HTA 0.5.0 get_temporal_breakdown and
 get_comm_comp_overlap) so the numbers can be checked against it; see ../shared/traces/README.md:
@@ -29,7 +29,7 @@ def _pct(part: float | None, whole: float | None) -> float | None:
 
 
 def rank_breakdown_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
-    """The raw nanosecond rows of rank_breakdown(run) (see metrics.sql for the columns)."""
+    """The raw nanosecond rows of rank_breakdown(run) (see metrics/rank_breakdown.sql for the columns)."""
     ensure_loaded(con)
     cur = con.execute("SELECT * FROM rank_breakdown(?) ORDER BY rank", [run_id])
     cols = [d[0] for d in cur.description]

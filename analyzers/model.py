@@ -26,6 +26,36 @@ class IngestResult:
     ranks: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class EvidenceSeries:
+    """What the Findings page charts step by step beside a finding of a kind.
+
+    column: a column of metrics/step_breakdown.sql (as analyzers.queries.step_breakdown names it,
+    in ms); label: the chart's title; differs: how the charted quantity differs from the
+    finding's cost, in words, with {metric} fields filled from the finding's metrics (empty when
+    the chart shows the cost itself)."""
+    column: str
+    label: str
+    differs: str = ""
+    per_rank: bool = False     # one bar per rank (its mean per step) instead of one per step
+
+
+# Metric keys every kind's findings may carry besides their own: the per-rank figures of a finding
+# that covers several ranks (analyzers.root_causes.group_across_ranks).
+ACROSS_RANKS_METRIC_KEYS = frozenset({"per_rank"})
+
+
+@dataclass(frozen=True)
+class AnalysisSpec:
+    """One finding kind, declared once by its analysis (analyzers/analyses/<kind>/); the kinds
+    list, the titles the app and reports show and the evidence charts all derive from it."""
+    kind: str
+    title: str
+    evidence: EvidenceSeries
+    metric_keys: frozenset[str]      # every key its findings' metrics may carry
+    measured_without_gpu: bool = False   # costed on CPU-only traces too (absence there means 0)
+
+
 @dataclass
 class Finding:
     """One costed problem. Cost is GPU time lost per step, the unit every finding shares."""
@@ -42,27 +72,8 @@ class Finding:
     summary: str
     metrics: dict[str, Any] = field(default_factory=dict)
     fix_ids: list[str] = field(default_factory=list)
-
-    def to_contract(self) -> dict[str, Any]:
-        """The CLI/JSON contract shape (see README: `analyze --format json`)."""
-        from analyzers.findings import fixes_ruled_out   # findings imports this module
-        return {
-            "id": self.finding_id,
-            "kind": self.kind,
-            "severity": self.severity,
-            "rank": self.rank,
-            "step": self.step,
-            "stream": self.stream,
-            "start_us": None if self.t_start_ns is None else self.t_start_ns / 1000.0,
-            "end_us": None if self.t_end_ns is None else self.t_end_ns / 1000.0,
-            "cost_ms_per_step": self.cost_ns / 1e6,
-            "cost_pct": self.cost_pct,
-            "summary": self.summary,
-            "metrics": self.metrics,
-            "fixes": list(self.fix_ids),
-            "fixes_ruled_out": fixes_ruled_out(list(self.fix_ids), self.metrics),
-            "review": None,   # filled from the store's review marks by analyzers.report
-        }
+    ranks: list[int] = field(default_factory=list)   # every rank it shows on (rank: the worst); [] = whole run
+    caused_by: str | None = None    # a consequence: its cause's finding_id; its cost is not counted again
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -2,20 +2,23 @@
 
 build_report reads what is stored (runs, ranks, the findings analyze_run wrote) and computes the
 per-rank figures; it does not re-run the analyses. Trace-derived text (file names, kernel and op
-names inside summaries and metrics) is untrusted: the HTML escapes every string with
-html.escape, the Markdown escapes table-breaking characters.
+names inside summaries and metrics) is untrusted: every string reaches Markdown and HTML through
+analyzers.safe_text (markup escaped, controls and bidi overrides shown escaped, no bare URL
+linked, long names clipped); the team's own review notes keep their links.
 """
 from __future__ import annotations
 
 import html
 import json
-import re
 from typing import Any, Iterable, Mapping
 
 import duckdb
 
+from analyzers.analyses import analysis_specs
+from analyzers.contract import finding_contract, where_text
 from analyzers.metrics import rank_summary
 from analyzers.queries import findings, time_bounds
+from analyzers.safe_text import SUMMARY_LIMIT, TRACE_TEXT_LIMIT, clip, html_text, markdown_cell, markdown_text
 from analyzers.sqlrun import ensure_loaded
 
 RANK_COLUMNS = [("rank", "Rank"), ("steps", "Steps"), ("step_time_ms", "Step (ms)"), ("idle_pct", "Idle %"),
@@ -30,23 +33,6 @@ def _error_dict(err: Any) -> dict[str, str]:
     if hasattr(err, "to_dict"):
         return err.to_dict()
     return {"file": str(getattr(err, "file", "")), "error": str(getattr(err, "error", err))}
-
-
-def _stored_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
-    """The run's findings in the CLI contract's shape, from queries.findings (the one reader of
-    the findings table, which the dashboard uses too)."""
-    return [{
-        "id": f["id"], "kind": f["kind"], "severity": f["severity"], "rank": f["rank"], "step": f["step"],
-        "stream": f["stream"],
-        "start_us": None if f["start_ns"] is None else f["start_ns"] / 1000.0,
-        "end_us": None if f["end_ns"] is None else f["end_ns"] / 1000.0,
-        "cost_ms_per_step": f["cost_ms_per_step"], "cost_pct": f["cost_pct"], "summary": f["summary"],
-        "metrics": f["metrics"], "fixes": f["fixes"],
-        # fixes the finding's own metrics rule out, with the reason (still listed in `fixes`)
-        "fixes_ruled_out": f["fixes_ruled_out"],
-        # the team's review mark (to_fix / fixed / wont_fix and a note), None when unmarked
-        "review": {"status": f["mark_status"], "note": f["mark_note"]} if f["mark_status"] else None,
-    } for f in findings(con, run_id, raw=True)]
 
 
 def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[Any] = ()) -> dict[str, Any]:
@@ -68,7 +54,7 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[A
                 "start_us": None if bounds is None else bounds[0] / 1000.0},
         "errors": error_list,
         "ranks": rank_summary(con, run_id),
-        "findings": _stored_findings(con, run_id),
+        "findings": [finding_contract(f) for f in findings(con, run_id, raw=True)],
         "notes": analysis_notes(con, run_id),
     }
 
@@ -88,55 +74,46 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 
 def _where(f: Mapping[str, Any], origin_us: float | None = None) -> str:
-    """rank, step, stream and the window, in ms after origin_us (the run's first event) when known."""
-    parts = []
-    if f.get("rank") is not None:
-        parts.append(f"rank {f['rank']}")
-    if f.get("step") is not None:
-        parts.append(f"step {f['step']}")
-    if f.get("stream") is not None:
-        parts.append(f"stream {f['stream']}")
-    if f.get("start_us") is not None and f.get("end_us") is not None:
-        if origin_us is None:
-            parts.append(f"{(f['end_us'] - f['start_us']) / 1000:,.2f} ms window from t={f['start_us']:,.0f} µs")
-        else:
-            parts.append(f"window {(f['start_us'] - origin_us) / 1000:,.3f}–{(f['end_us'] - origin_us) / 1000:,.3f} ms "
-                         "into the trace")
-    return ", ".join(parts) or "whole run"
+    """contract.where_text of a contract finding (its window in µs), in ms after origin_us."""
+    as_ns = {**f, "start_ns": None if f.get("start_us") is None else f["start_us"] * 1000.0,
+             "end_ns": None if f.get("end_us") is None else f["end_us"] * 1000.0}
+    return where_text(as_ns, None if origin_us is None else origin_us * 1000.0, separator=", ")
 
 
-# A URL scheme before its ':', "www" before its (maybe escaped) '.', and the spot before an '@'
-_AUTOLINK = re.compile(r"(?i)(?:https?|ftp|file|mailto)(?=:)|www(?=\\?\.)|(?=@)")
-_ZWSP = "\u200b"
+def _title(f: Mapping[str, Any]) -> str:
+    """A finding's kind as the dashboard titles it (its AnalysisSpec), the id for an unknown kind."""
+    spec = analysis_specs().get(str(f.get("kind")))
+    return spec.title if spec is not None else str(f.get("kind"))
 
 
-def no_autolink(text: str) -> str:
-    """Break what GFM renderers turn into links by themselves (URL schemes, www., e-mail @) with a
-    zero-width space: Streamlit's renderer links them even when their punctuation is escaped."""
-    return _AUTOLINK.sub(lambda m: m.group(0) + _ZWSP, text)
+def _consequence(f: Mapping[str, Any]) -> str:
+    """What a consequence's cost is (its cause's, seen from the waiting ranks), or ""."""
+    if not f.get("caused_by"):
+        return ""
+    return f"; a consequence of {f['caused_by']}, not counted again"
 
 
-def _md_cell(value: Any) -> str:
-    """A Markdown table cell: no pipe or newline from trace text can break the table, and no raw
-    HTML gets through (Markdown renderers pass it on)."""
-    text = html.escape(_fmt(value), quote=False)
-    for ch in ("\\", "|", "[", "]", "*", "`"):   # no table cell, link, emphasis or code made of trace text
-        text = text.replace(ch, "\\" + ch)
-    text = no_autolink(text)   # nor a link a GFM renderer makes by itself
-    return text.replace("\n", " ").replace("\r", " ")
+def _md_cell(value: Any, limit: int = SUMMARY_LIMIT) -> str:
+    """A value as one inert Markdown table cell (trace text: no link, markup or line break)."""
+    return markdown_cell(clip(_fmt(value), limit))
 
 
-def _md_text(value: Any) -> str:
-    """Free Markdown text: neutralise characters that would turn trace text into markup."""
-    text = _fmt(value).replace("\r", " ")
-    for ch in ("\\", "`", "*", "_", "[", "]", "<", ">", "#", "|"):
-        text = text.replace(ch, "\\" + ch)
-    return text
+def _md_text(value: Any, limit: int = SUMMARY_LIMIT) -> str:
+    """Trace (or analysis) text as one line of inert Markdown."""
+    return markdown_text(clip(_fmt(value), limit))
+
+
+def _md_note(value: Any) -> str:
+    """The team's own note: inert Markdown that keeps its links whole (not clipped either)."""
+    return markdown_text(_fmt(value), trace=False)
 
 
 def _md_ruled_out(finding: Mapping[str, Any], fix_id: str) -> str:
     reason = (finding.get("fixes_ruled_out") or {}).get(fix_id)
-    return f" — *probably not the fix here: {_md_text(reason)}*" if reason else ""
+    if reason:
+        return f" — *probably not the fix here: {_md_text(reason)}*"
+    unknown = (finding.get("fixes_unknown") or {}).get(fix_id)
+    return f" — *not measured here: {_md_text(unknown)}*" if unknown else ""
 
 
 def _md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
@@ -149,7 +126,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     """A human-readable Markdown report: top findings, per-rank figures, then each finding."""
     run = report.get("run") or {}
     origin = run.get("start_us")
-    lines = [f"# TraceDoctor report: {_md_text(run.get('name', 'no run'))}", ""]
+    lines = [f"# TraceDoctor report: {_md_text(run.get('name', 'no run'), TRACE_TEXT_LIMIT)}", ""]
     if run:
         lines += [f"Run `{_md_cell(run.get('run_id'))}` · world size {_md_cell(run.get('world_size'))} · "
                   f"ranks {_md_text(', '.join(map(str, run.get('ranks') or [])))}", ""]
@@ -159,13 +136,13 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines.append("")
     if report.get("errors"):
         lines += ["## Files that could not be loaded", ""]
-        lines += _md_table(["File", "Problem"], [[e.get("file"), e.get("error")] for e in report["errors"]])
+        lines += _md_table(["File", "Problem"], [[clip(_fmt(e.get("file"))), e.get("error")] for e in report["errors"]])
         lines.append("")
     findings = list(report.get("findings") or [])
     lines += ["## Top findings", ""]
     if findings:
         lines += _md_table(["#", "Severity", "Kind", "Where", "Cost (ms/step)", "Cost (% of step)", "Fixes"],
-                           [[i + 1, f.get("severity"), f.get("kind"), _where(f, origin), f.get("cost_ms_per_step"),
+                           [[i + 1, f.get("severity"), _title(f), _where(f, origin), f.get("cost_ms_per_step"),
                              f.get("cost_pct"), ", ".join(f.get("fixes") or []) or "–"]
                             for i, f in enumerate(findings[:10])])
     else:
@@ -177,17 +154,17 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     else:
         lines.append("No ranks.")
     for i, f in enumerate(findings):
-        lines += ["", f"### {i + 1}. {_md_text(f.get('kind'))} ({_md_text(f.get('severity'))}) — {_md_text(f.get('id'))}", "",
+        lines += ["", f"### {i + 1}. {_md_text(_title(f))} ({_md_text(f.get('severity'))}) — {_md_text(f.get('id'))}", "",
                   _md_text(f.get("summary")), "",
                   f"- **Where:** {_md_text(_where(f, origin))}",
                   f"- **Cost:** {_fmt(f.get('cost_ms_per_step'), 3)} ms lost per step "
-                  f"({_fmt(f.get('cost_pct'))}% of the mean step)",
+                  f"({_fmt(f.get('cost_pct'))}% of the mean step)" + _consequence(f),
                   "- **Fixes:** " + (", ".join(f"`{_md_cell(x)}` (`python -m accel.demo {_md_cell(x)}`)"
                                                 + _md_ruled_out(f, x) for x in f.get("fixes") or [])
                                       or "none registered")]
         if f.get("review"):
             lines.append(f"- **Review:** {_md_text(f['review']['status'])}"
-                         + (f" — {_md_text(f['review']['note'])}" if f["review"].get("note") else ""))
+                         + (f" — {_md_note(f['review']['note'])}" if f["review"].get("note") else ""))
         metrics = f.get("metrics") or {}
         if metrics:
             lines += ["", "<details><summary>Evidence</summary>", ""]
@@ -208,8 +185,9 @@ code{background:#f6f8fa;padding:0 .2rem}
 """
 
 
-def _h(value: Any) -> str:
-    return html.escape(_fmt(value), quote=True)
+def _h(value: Any, limit: int | None = SUMMARY_LIMIT) -> str:
+    """value as escaped HTML text, clipped to limit characters (None: whole, for the team's notes)."""
+    return html_text(_fmt(value) if limit is None else clip(_fmt(value), limit))
 
 
 def _html_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -226,9 +204,9 @@ def render_html(report: Mapping[str, Any]) -> str:
     run = report.get("run") or {}
     origin = run.get("start_us")
     parts = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
-             f"<title>TraceDoctor report: {_h(run.get('name', 'no run'))}</title>",
+             f"<title>TraceDoctor report: {_h(run.get('name', 'no run'), TRACE_TEXT_LIMIT)}</title>",
              f"<style>{_CSS}</style></head><body>",
-             f"<h1>TraceDoctor report: {_h(run.get('name', 'no run'))}</h1>"]
+             f"<h1>TraceDoctor report: {_h(run.get('name', 'no run'), TRACE_TEXT_LIMIT)}</h1>"]
     if run:
         parts.append(f"<p>Run <code>{_h(run.get('run_id'))}</code> · world size {_h(run.get('world_size'))} · "
                      f"ranks {_h(', '.join(map(str, run.get('ranks') or [])))}</p>")
@@ -236,13 +214,14 @@ def render_html(report: Mapping[str, Any]) -> str:
         parts.append(f"<div class=\"note\">{_h(note)}</div>")
     if report.get("errors"):
         parts.append("<h2>Files that could not be loaded</h2>")
-        parts.append(_html_table(["File", "Problem"], [[e.get("file"), e.get("error")] for e in report["errors"]]))
+        parts.append(_html_table(["File", "Problem"], [[clip(_fmt(e.get("file"))), e.get("error")]
+                                                       for e in report["errors"]]))
     findings = list(report.get("findings") or [])
     parts.append("<h2>Top findings</h2>")
     if findings:
         rows = []
         for i, f in enumerate(findings[:10]):
-            rows.append([i + 1, f.get("severity"), f.get("kind"), _where(f, origin), f.get("cost_ms_per_step"),
+            rows.append([i + 1, f.get("severity"), _title(f), _where(f, origin), f.get("cost_ms_per_step"),
                          f.get("cost_pct"), ", ".join(f.get("fixes") or []) or "–"])
         parts.append(_html_table(["#", "Severity", "Kind", "Where", "Cost (ms/step)", "Cost (% of step)", "Fixes"], rows))
     else:
@@ -252,19 +231,20 @@ def render_html(report: Mapping[str, Any]) -> str:
                              [[r.get(k) for k, _ in RANK_COLUMNS] for r in report.get("ranks") or []]))
     for i, f in enumerate(findings):
         sev = f.get("severity") if f.get("severity") in ("high", "medium", "low") else "low"
-        ruled_out = f.get("fixes_ruled_out") or {}
+        ruled_out, unknown = f.get("fixes_ruled_out") or {}, f.get("fixes_unknown") or {}
         fixes = "".join(f"<li><code>{_h(x)}</code>: <code>python -m accel.demo {_h(x)}</code>"
-                        + (f" <i>(probably not the fix here: {_h(ruled_out[x])})</i>" if x in ruled_out else "")
+                        + (f" <i>(probably not the fix here: {_h(ruled_out[x])})</i>" if x in ruled_out else
+                           f" <i>(not measured here: {_h(unknown[x])})</i>" if x in unknown else "")
                         + "</li>" for x in f.get("fixes") or []) or "<li>none registered</li>"
         metrics = f.get("metrics") or {}
         parts.append(
-            f"<div class=\"finding\"><h3>{i + 1}. {_h(f.get('kind'))} <span class=\"sev-{sev}\">{_h(f.get('severity'))}</span>"
+            f"<div class=\"finding\"><h3>{i + 1}. {_h(_title(f))} <span class=\"sev-{sev}\">{_h(f.get('severity'))}</span>"
             f" <small><code>{_h(f.get('id'))}</code></small></h3>"
             f"<p>{_h(f.get('summary'))}</p>"
             f"<p><b>Where:</b> {_h(_where(f, origin))}<br><b>Cost:</b> {_h(_fmt(f.get('cost_ms_per_step'), 3))} ms lost "
-            f"per step ({_h(f.get('cost_pct'))}% of the mean step)</p>"
+            f"per step ({_h(f.get('cost_pct'))}% of the mean step){_h(_consequence(f))}</p>"
             + (f"<p><b>Review:</b> {_h(f['review']['status'])}"
-               + (f" — {_h(f['review']['note'])}" if f["review"].get("note") else "") + "</p>"
+               + (f" — {_h(f['review']['note'], limit=None)}" if f["review"].get("note") else "") + "</p>"
                if f.get("review") else "")
             + f"<p><b>Fixes:</b></p><ul>{fixes}</ul>"
             + (f"<details><summary>Evidence</summary>{_html_table(['Metric', 'Value'], [[k, v] for k, v in metrics.items()])}</details>"

@@ -12,7 +12,8 @@ CREATE TABLE IF NOT EXISTS runs (
     world_size  INTEGER,               -- from distributedInfo, else the number of rank files
     tags        VARCHAR[] DEFAULT [],  -- free-form labels ("baseline", "after-fix")
     notes       VARCHAR DEFAULT '',
-    analysis_version VARCHAR           -- analyzers.findings.ANALYSIS_VERSION of its findings; NULL: never analysed
+    analysis_version VARCHAR,          -- analyzers.findings.ANALYSIS_VERSION of its findings; NULL: never analysed
+    analysis_summary JSON              -- run-level figures of that analysis (analyzers.root_causes.RunCosts)
 );
 
 -- One row per rank file of a run.
@@ -60,10 +61,12 @@ CREATE TABLE IF NOT EXISTS events (
 -- Analyzer output, one row per finding (rewritten whenever a run is analysed).
 CREATE TABLE IF NOT EXISTS findings (
     run_id      VARCHAR NOT NULL,
-    finding_id  VARCHAR NOT NULL,  -- stable within a run: kind + where, e.g. "launch_gap:r0:s7"
+    finding_id  VARCHAR NOT NULL,  -- stable across re-analysis: the kind, e.g. "launch_gap" (one finding per cause)
     kind        VARCHAR NOT NULL,  -- launch_gap, host_sync, h2d_stall, dataloader_stall, rank_imbalance, comm_exposed, ...
     severity    VARCHAR NOT NULL,  -- high | medium | low
-    rank        INTEGER,           -- NULL when the finding is about the whole run
+    rank        INTEGER,           -- the worst (or only) rank; NULL when the finding is about the whole run
+    ranks       INTEGER[],         -- every rank the cause shows on (per-rank figures in metrics.per_rank)
+    caused_by   VARCHAR,           -- a consequence: the finding_id of its cause (its cost is not counted again)
     step        INTEGER,           -- ProfilerStep number where it is worst, NULL when spread over all
     stream      INTEGER,
     t_start_ns  BIGINT,            -- the window that shows it best
@@ -84,4 +87,31 @@ CREATE TABLE IF NOT EXISTS finding_marks (
     note        VARCHAR DEFAULT '',
     updated_at  TIMESTAMP NOT NULL,
     PRIMARY KEY (run_id, finding_id)
+);
+
+-- The caveats of a run's last analysis, in plain words (analyze_run writes them with the findings):
+-- what the analyses could not look at, and how to read the costs.
+CREATE TABLE IF NOT EXISTS analysis_notes (
+    run_id  VARCHAR NOT NULL,
+    seq     INTEGER NOT NULL,
+    note    VARCHAR NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+
+-- Runs moved to the trash (analyzers.runs.delete_run): hidden from every list, rows kept until
+-- purge_trash removes them after the retention (7 days), or restore_run takes them back out.
+CREATE TABLE IF NOT EXISTS run_trash (
+    run_id      VARCHAR PRIMARY KEY,
+    deleted_at  TIMESTAMP NOT NULL,  -- UTC
+    deleted_by  VARCHAR              -- who deleted it (the OS user for the CLI, the login in the dashboard); NULL: unknown
+);
+
+-- Who changed what, when: one row per ingest, rename, tags, notes, mark, delete, restore, purge.
+-- Kept when its run is purged.
+CREATE TABLE IF NOT EXISTS audit_log (
+    "at"        TIMESTAMP NOT NULL,  -- UTC ("at" is a keyword: always quoted)
+    actor       VARCHAR,             -- NULL: unknown
+    action      VARCHAR NOT NULL,    -- ingest | upload | load_path | rename | tags | notes | mark | unmark | delete | restore | purge
+    run_id      VARCHAR,
+    detail      VARCHAR              -- the new name, tags or note, the finding marked, why a run was purged
 );

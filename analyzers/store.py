@@ -20,18 +20,47 @@ def default_db_path() -> Path:
     return data_home / "tracedoctor" / "tracedoctor.duckdb"
 
 
-def connect(db_path: str | os.PathLike | None = None, read_only: bool = False,
+def store_not_writable(db_path: str | os.PathLike) -> str | None:
+    """Why this process cannot write the store file, in plain words; None when it can. DuckDB
+    writes the file and, beside it, a write-ahead log (.wal), so both need permission."""
+    path = Path(db_path)
+    if str(db_path) == ":memory:":
+        return None
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"the store file {path} is read-only (no write permission)"
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:   # the folders connect() would create
+        folder = folder.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder of the store, {folder}, is read-only (no write permission)"
+    return None
+
+
+def connect(db_path: str | os.PathLike | None = None, read_only: bool | None = False,
             ensure_schema: bool = True) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) the store and make sure the schema exists.
 
     db_path None means default_db_path(); ":memory:" gives a throwaway in-memory store.
+    read_only None: read-only when this process cannot write the store (store_not_writable),
+    so that reading commands still work; writes on such a connection are refused by
+    read_only_reason() callers (ingest) with that reason. A store that does not exist and
+    cannot be created raises duckdb.IOException.
     ensure_schema False skips the migration and CREATE IF NOT EXISTS statements, for a caller
     that reopens a store it has already brought up to date (the dashboard, on every click).
     """
     path = str(db_path) if db_path is not None else str(default_db_path())
-    if path != ":memory:":
+    if read_only is None:
+        read_only = path != ":memory:" and Path(path).exists() and store_not_writable(path) is not None
+    if path != ":memory:" and not read_only:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(path, read_only=read_only)
+    if read_only and path != ":memory:":
+        # DuckDB refuses every CREATE on a read-only database, the analyzers' macros included: the
+        # store is attached read-only beside an in-memory database that takes them
+        con = duckdb.connect(":memory:")
+        con.execute("ATTACH ? AS store (READ_ONLY)", [path])
+        con.execute("SET search_path = 'memory.main,store.main'")
+    else:
+        con = duckdb.connect(path, read_only=read_only)
     # DuckDB draws a progress bar on stdout for statements over 2 s (a big ingest): never in
     # the CLI's JSON, never in a server's log
     con.execute("SET enable_progress_bar = false")
@@ -44,7 +73,58 @@ def connect(db_path: str | os.PathLike | None = None, read_only: bool = False,
         _retry_conflicts(lambda: _migrate(con))
         _retry_conflicts(lambda: con.execute(SCHEMA_FILE.read_text()))
         _retry_conflicts(lambda: _add_columns(con))
+    if not read_only and path != ":memory:":
+        reclaim_unused_tail(con, path)
     return con
+
+
+def read_only_reason(con: duckdb.DuckDBPyConnection) -> str | None:
+    """Why nothing can be written through this connection (its store is attached read-only),
+    naming the file; None when it is writable."""
+    row = con.execute("SELECT readonly, path FROM duckdb_databases() WHERE NOT internal "
+                      "ORDER BY readonly DESC LIMIT 1").fetchone()
+    if not row or not row[0]:
+        return None
+    return store_not_writable(row[1]) or f"the store {row[1]} is open read-only"
+
+
+# DuckDB's file: 3 header blocks of 4 KiB, then blocks of block_size (pragma_database_size)
+_HEADER_BYTES = 3 * 4096
+RECLAIM_MIN_BYTES = 1 << 20
+
+
+def reclaim_unused_tail(con: duckdb.DuckDBPyConnection, path: str) -> int:
+    """Give back to the disk the end of the store file that no block uses; returns the bytes freed.
+
+    An ingest that died during its append (SIGKILL, the OOM killer, a full disk) has already
+    written row groups past the store's last block: the file keeps that size, and a later kill
+    that gets further extends it (4 kills: 0.3 MB -> 67 MB, no run added). DuckDB cuts unused
+    blocks off the file's end when it checkpoints, but skips a checkpoint with nothing to write:
+    then a catalog change is made first. A checkpoint that cannot run now (another transaction
+    of this process, a disk too full for the log) is left for the next open.
+    """
+    before = _unused_tail_bytes(con, path)
+    if before < RECLAIM_MIN_BYTES:
+        return 0
+    try:
+        con.execute("CHECKPOINT")       # writes what the log holds, and trims the file's end
+        if _unused_tail_bytes(con, path) >= RECLAIM_MIN_BYTES:     # skipped: nothing to write
+            con.execute("CREATE TABLE IF NOT EXISTS store_reclaim_marker (unused INTEGER)")
+            con.execute("DROP TABLE store_reclaim_marker")
+            con.execute("CHECKPOINT")
+    except duckdb.Error:
+        pass
+    return max(0, before - _unused_tail_bytes(con, path))
+
+
+def _unused_tail_bytes(con: duckdb.DuckDBPyConnection, path: str) -> int:
+    try:
+        total_blocks, block_size = con.execute(
+            "SELECT total_blocks, block_size FROM pragma_database_size() "
+            "WHERE database_name = current_database()").fetchone()
+        return os.path.getsize(path) - (_HEADER_BYTES + total_blocks * block_size)
+    except (duckdb.Error, OSError, TypeError):
+        return 0
 
 
 class StoreBusy(Exception):
@@ -60,14 +140,14 @@ _LOCK_WAIT_S = 10.0
 
 
 def connect_waiting(db_path: str | os.PathLike | None = None, wait_s: float | None = None,
-                    ensure_schema: bool = True) -> duckdb.DuckDBPyConnection:
+                    ensure_schema: bool = True, read_only: bool | None = False) -> duckdb.DuckDBPyConnection:
     """connect(), waiting up to wait_s (default _LOCK_WAIT_S) while another process holds the
     store (a second CLI call finishing its ingest); then StoreBusy naming the file and the
-    holder, in plain words."""
+    holder, in plain words. read_only as in connect() (None: read-only where not writable)."""
     deadline = time.monotonic() + (_LOCK_WAIT_S if wait_s is None else wait_s)
     while True:
         try:
-            return connect(db_path, ensure_schema=ensure_schema)
+            return connect(db_path, read_only=read_only, ensure_schema=ensure_schema)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 raise
@@ -107,7 +187,8 @@ _RENAMED_COLUMNS = (("runs", "sha256", "content_hash"), ("ranks", "file_sha256",
 
 # Columns added since stores were first written: (table, column, type). CREATE TABLE IF NOT EXISTS
 # leaves an older table as it is, so they are added here.
-_ADDED_COLUMNS = (("runs", "analysis_version", "VARCHAR"),)
+_ADDED_COLUMNS = (("runs", "analysis_version", "VARCHAR"), ("runs", "analysis_summary", "JSON"),
+                  ("findings", "ranks", "INTEGER[]"), ("findings", "caused_by", "VARCHAR"))
 
 
 def _add_columns(con: duckdb.DuckDBPyConnection) -> None:

@@ -16,7 +16,7 @@ MIN_FINDING_PCT = 5.0
 SEVERITY_HIGH_PCT = 20.0
 SEVERITY_MEDIUM_PCT = 10.0
 
-# --- launch gaps / host syncs (analyses/launch_gap.py, host_sync.py) --------------------------
+# --- launch gaps / host syncs (analyses/launch_gap, host_sync) --------------------------
 # HTA get_cuda_kernel_launch_stats defaults: a launch delay above 100 us is an outlier, and a
 # runtime call above 50 us is a slow launch.
 LAUNCH_DELAY_OUTLIER_NS = 100_000
@@ -39,19 +39,26 @@ RUNTIME_STALL_MIN_NS = 1_000_000
 # its name: steady-state cudaMalloc/cudaFree of even GB-sized segments take single-digit ms.
 RUNTIME_STARTUP_CALL_NS = 100_000_000
 
-# --- host-to-device copies (analyses/h2d_stall.py) --------------------------------------------
+# An idle gap this long is the CPU busy with other work (Python, logging, evaluation), not
+# per-kernel launch overhead (a launch costs ~5-10 us); ns.
+LONG_GAP_NS = 1_000_000
+# launch_gap says the CPU was busy elsewhere when gaps of LONG_GAP_NS or more hold at least this
+# share of its idle time (a majority).
+LONG_GAPS_DOMINATE_FRACTION = 0.5
+
+# --- host-to-device copies (analyses/h2d_stall) --------------------------------------------
 # Practical host-to-device bandwidth of PCIe Gen4 x16: 32 GB/s raw per direction, ~25 GB/s
 # measured with pinned memory (NVIDIA bandwidthTest / nvbandwidth on A100 PCIe hosts).
 PCIE_PRACTICAL_GBPS = 25.0
 # A pageable or synchronous copy achieving below this share of the link is flagged as slow.
 SLOW_COPY_FRACTION = 0.5
 
-# --- data loading (analyses/dataloader_stall.py) ----------------------------------------------
+# --- data loading (analyses/dataloader_stall) ----------------------------------------------
 # The data loader must hold the training loop for at least this share of the step (the task's
 # "a data loader under 5% of the step is noise").
 DATALOADER_MIN_PCT = 5.0
 
-# --- distributed (analyses/rank_imbalance.py, comm_exposed.py) ---------------------------------
+# --- distributed (analyses/rank_imbalance, comm_exposed) ---------------------------------
 # Work spread (max - mean) / mean across ranks, %, above which the straggler's own extra work
 # explains the waiting; kernel-time noise between identical ranks stays under ~1%. Below it the
 # straggler is late for another reason (a stall of its own), so a balanced sampler cannot help.
@@ -62,6 +69,110 @@ COMM_SERIALIZED_OVERLAP_PCT = 20.0
 # Messages under this size are latency-bound in NCCL (nccl-tests size sweeps flatten out in
 # time below ~1 MiB): many of them mean buckets are too small.
 COMM_SMALL_MESSAGE_BYTES = 1_048_576
+# Achieved all-reduce bus bandwidth (nccl-tests busbw, GB/s) below which the link is "slow" (PCIe
+# Gen4 x16 ~25 GB/s practical; 100-200 Gb/s InfiniBand/RoCE 12-25 GB/s) and from which it is
+# "fast" (NVLink: A100 ~230, H100 ~350-450 GB/s).
+LINK_SLOW_GBPS = 30.0
+LINK_FAST_GBPS = 100.0
+# A runtime/driver call at least this long holds the host (a sync, a blocking copy, a launch on a
+# full queue) rather than being launch overhead (cudaLaunchKernel ~5-10 us); ns.
+HOST_BLOCKED_MIN_NS = 20_000
+# rank_imbalance says the wait is mostly hidden behind the waiting ranks' own host work when less
+# than this share of it also holds their hosts.
+HELD_WAIT_MIN_FRACTION = 0.5
+# A side figure (e.g. comm_exposed's straggler wait) is mentioned in a summary from this share
+# of the step on.
+MENTION_MIN_STEP_FRACTION = 0.01
+# rank_imbalance persistence (analyses/rank_imbalance). A straggler is the rank the others wait
+# for (last to reach the step's collectives) in more than this share of the ordinary steps: most
+# of them ...
+STRAGGLER_MIN_STEP_SHARE = 0.5
+# ... with its median lateness above the step-to-step jitter: this many robust standard deviations
+# (1.4826 x median absolute deviation) of its own lateness over those steps. 3: the usual 3-sigma
+# rule; the MAD because one spike barely moves it, where it would inflate a standard deviation.
+STRAGGLER_MIN_LATENESS_SIGMAS = 3.0
+# A step outlier (a one-off spike, not a straggler): a step in which the waiting ranks lose more
+# than the median step by this many robust standard deviations of the per-step loss (3 sigma),
+# and by at least MIN_FINDING_PCT of the mean step (smaller excursions are too small to name).
+STEP_OUTLIER_SIGMAS = 3.0
+# A straggler is the consequence of its own finding (a slow loader, copies, syncs on its rank) when
+# that finding costs it at least this share of the imbalance's cost more than it costs the other
+# ranks on average: most of its lateness is explained, so the wait is not counted again.
+STRAGGLER_EXPLAINED_FRACTION = 0.5
+
+# --- steps inferred where a trace has no ProfilerStep#N (lib/steps.sql) --------------------------
+# These are read by the SQL library itself (library_threshold(name), analyzers/sqlrun.py), so they
+# apply to every reader of steps(run) and are not overridden per analysis run.
+# A marker (DataLoader.__next__, Optimizer.step, a top-level op) must repeat this often on one
+# thread to count as the loop; fewer is no loop.
+INFERRED_STEP_MIN_REPEATS = 3
+# A recurring top-level op marks iterations only if its occurrences span at least this share of
+# the longest-spanning one's (it recurs through the whole loop, not only in a phase of it).
+INFERRED_STEP_MIN_SPREAD_FRACTION = 0.9
+# Iterations right after the first that last over this many times the median are start-up
+# (first collectives connecting, allocator and autotuning warming up), not steady steps.
+START_UP_ITERATION_MEDIANS = 2.0
+# The thresholds the SQL library reads through library_threshold(name).
+SQL_LIBRARY_THRESHOLDS = ("INFERRED_STEP_MIN_REPEATS", "INFERRED_STEP_MIN_SPREAD_FRACTION", "START_UP_ITERATION_MEDIANS")
+
+# --- FP32 matmuls (analyses/fp32_matmul) -------------------------------------------------------
+# How much faster tensor cores run the same matmul, x: NVIDIA's peak ratios of tensor-core to
+# FP32 CUDA-core math (V100 FP16 125 vs 15.7 TFLOP/s, A100 TF32 156 vs 19.5, H100 SXM TF32 495
+# vs 67) are ~8x.
+TENSOR_CORE_SPEEDUP = 8.0
+
+# === Fix applicability (read by accel/registry.py and the accel/ fix modules) ===================
+# Cut-offs that decide whether a fix applies to a finding, or which setting a fix picks. A concept
+# defined above is reused, not redefined: "small message" is COMM_SMALL_MESSAGE_BYTES, "fast link"
+# LINK_FAST_GBPS, "communication serialised after backward" COMM_SERIALIZED_OVERLAP_PCT.
+
+# cuda_graph: host syncs per step a captured step tolerates, syncs/step. One or two are usually
+# loss.item() or logging after the step, which can stay outside the graph; more mean the step body
+# syncs, which capture forbids (PyTorch docs, "CUDA Graphs": no synchronisation while capturing).
+CUDA_GRAPH_MAX_SYNCS_PER_STEP = 2
+# fused_optimizer: share of the step's kernels launched from optimizer.step, 0..1, under which
+# fusing the optimizer cannot close a launch gap: it removes at most that share of the launches.
+# TraceDoctor's choice (a fifth of the launches).
+FUSED_OPTIMIZER_MIN_KERNEL_SHARE = 0.2
+# triton_fused_elementwise: share of the step's kernels that are small elementwise ones, 0..1, under
+# which fusing them cannot close a launch gap (same reasoning and choice as the optimizer's).
+ELEMENTWISE_FUSION_MIN_KERNEL_SHARE = 0.2
+# cuda_prefetcher on h2d_stall: share of H2D copy time overlapped with compute, %, from which
+# already-pinned copies are hidden and a prefetcher has nothing left to hide. TraceDoctor's
+# choice: the rest is about the first batch's copy, which no prefetcher can hide.
+H2D_HIDDEN_OVERLAP_PCT = 90.0
+# cuda_prefetcher on host_sync: share of the blocked time spent under host-to-device copy ops
+# (aten::to, copy_, pin_memory), 0..1, under which (with a non-copy op on top) the syncs are
+# mostly GPU values read on the host, which prefetching inputs does not remove. A majority.
+PREFETCH_MIN_COPY_SYNC_SHARE = 0.5
+# allocator_tuning: share of a runtime stall's time in memory-management calls (cudaMalloc,
+# cudaFree, cudaHostAlloc, ...), 0..1, under which the stall is CUDA start-up or lazy module
+# loading rather than allocator churn. TraceDoctor's choice (a fifth of the stalled time).
+ALLOCATOR_MIN_STALL_SHARE = 0.2
+# ddp_bucket_tuning: one huge all-reduce late in backward gets split into smaller buckets when a
+# step has at most this many collectives, collectives/step ...
+DDP_SPLIT_MAX_COLLECTIVES_PER_STEP = 2
+# ... carrying at least this many bytes per step: twice DDP's default bucket_cap_mb (25 MiB,
+# torch.nn.parallel.DistributedDataParallel), so default buckets would have made several; bytes.
+DDP_SPLIT_MIN_BYTES_PER_STEP = 52_428_800
+# dataloader_tuning: coefficient of variation of the loader's wait per batch (std / mean) above
+# which loading is spiky and gets prefetch_factor 4 instead of torch's default 2. TraceDoctor's
+# choice: a spread over half the mean outlasts a two-batch queue.
+LOADER_SPIKY_WAIT_CV = 0.5
+
+
+
+# --- trace integrity (analyzers/integrity.py, sql/lib/integrity.sql) --------------------------------
+# A matched collective that starts on one rank this long after it ended on another shows the
+# ranks' clocks disagree, ns: one clock can never show that, and Kineto's GPU-to-host time
+# conversion errs by a few us, so 100 us is an offset between hosts, not noise.
+CLOCK_SKEW_MIN_NS = 100_000
+# A rank's last ProfilerStep shorter than this share of its other steps' median, with nothing after
+# it on the host, is a step the trace cut off. TraceDoctor's choice: half, well below the
+# step-to-step jitter of a training loop (a few %).
+PARTIAL_STEP_MAX_FRACTION = 0.5
+# (defined after DEFAULTS: registered here so that resolve() and overrides know them)
+
 
 DEFAULTS: dict[str, float] = {
     name: value for name, value in globals().items()
@@ -69,15 +180,14 @@ DEFAULTS: dict[str, float] = {
 }
 
 
-def resolve(overrides: Mapping[str, Any] | None = None,
-            extra_defaults: Mapping[str, float] | None = None) -> dict[str, float]:
-    """The defaults with `overrides` applied; raises ValueError naming an unknown or non-numeric key.
-
-    extra_defaults: thresholds an analysis module declares itself (its DEFAULT_THRESHOLDS); ours
-    win where both name the same threshold.
-    """
-    values = {**dict(extra_defaults or {}), **DEFAULTS}
+def resolve(overrides: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """The defaults with `overrides` applied; raises ValueError naming an unknown or non-numeric key,
+    or one the SQL library reads itself (SQL_LIBRARY_THRESHOLDS: not overridable per run)."""
+    values = dict(DEFAULTS)
     for name, value in (overrides or {}).items():
+        if name in SQL_LIBRARY_THRESHOLDS and value != DEFAULTS[name]:
+            raise ValueError(f"threshold {name!r} applies to the SQL library as a whole; change it in "
+                             "analyzers/thresholds.py")
         if name not in values:
             raise ValueError(f"unknown threshold {name!r}; known: {', '.join(sorted(values))}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -1,10 +1,15 @@
 """TraceDoctor dashboard: `streamlit run app/Home.py`.
 
-The entry script: loads the bundled sample runs once, lets the user pick a run in the sidebar and
-routes to the pages (Streamlit's st.navigation). Presentation only; analysis lives in analyzers/.
+This file is both the server and the entry script. `streamlit run` imports it as a module and
+finds `streamlit_app`, a streamlit.starlette.App: Streamlit's server plus the route uploads
+stream to (app/uploads.py). That App then runs this file as `__main__` on every click: the entry
+script, which signs the user in (team mode), loads the bundled sample runs once and routes to the
+pages the user's role may open (Streamlit's st.navigation). Presentation only; analysis lives in
+analyzers/.
 """
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -14,33 +19,92 @@ if str(REPO_ROOT) not in sys.path:  # `streamlit run app/Home.py` puts only app/
 
 import streamlit as st  # noqa: E402
 
-from app import state  # noqa: E402
+from app import auth  # noqa: E402
 
-st.set_page_config(page_title="TraceDoctor", page_icon=":material/stethoscope:", layout="wide")
+REVIEW_PAGES = [
+    ("views/overview.py", "Overview", ":material/dashboard:"),
+    ("views/findings.py", "Findings", ":material/stethoscope:"),
+    ("views/timeline.py", "Timeline", ":material/timeline:"),
+    ("views/ranks.py", "Ranks", ":material/grid_on:"),
+    ("views/communication.py", "Communication", ":material/sync_alt:"),
+    ("views/compare.py", "Compare runs", ":material/compare_arrows:"),
+    ("views/report.py", "Report", ":material/description:"),
+]
+LOAD_PAGE = ("views/load.py", "Load traces", ":material/upload_file:")
+DATA_PAGES = [("views/runs.py", "Manage runs", ":material/folder_managed:"),
+              ("views/gpus.py", "This machine's GPUs", ":material/memory:")]
 
-PAGES = {
-    "Review": [
-        st.Page("views/overview.py", title="Overview", icon=":material/dashboard:", default=True),
-        st.Page("views/findings.py", title="Findings", icon=":material/stethoscope:"),
-        st.Page("views/timeline.py", title="Timeline", icon=":material/timeline:"),
-        st.Page("views/ranks.py", title="Ranks", icon=":material/grid_on:"),
-        st.Page("views/communication.py", title="Communication", icon=":material/sync_alt:"),
-        st.Page("views/compare.py", title="Compare runs", icon=":material/compare_arrows:"),
-        st.Page("views/report.py", title="Report", icon=":material/description:"),
-    ],
-    "Data": [
-        st.Page("views/load.py", title="Load traces", icon=":material/upload_file:"),
-        st.Page("views/runs.py", title="Manage runs", icon=":material/folder_managed:"),
-        st.Page("views/gpus.py", title="This machine's GPUs", icon=":material/memory:"),
-    ],
-}
 
-navigation = st.navigation(PAGES)
-try:
-    state.ensure_samples_loaded()
-    with st.sidebar:
-        st.markdown("### :material/stethoscope: TraceDoctor")
-        st.caption("Why is my PyTorch training job slower than it should be?")
-    navigation.run()  # each page draws the run picker first (state.page_start)
-finally:
-    state.release_run_cursor()   # the store closes when no click needs it: the CLI can write to it
+def pages(user: auth.User) -> dict[str, list]:
+    """The pages this user's role may open; a page left out cannot be reached by its URL either."""
+    data = ([LOAD_PAGE] if user.can("upload") or user.can("load_path") else []) + DATA_PAGES
+    return {
+        "Review": [st.Page(path, title=title, icon=icon, default=path == REVIEW_PAGES[0][0])
+                   for path, title, icon in REVIEW_PAGES],
+        "Data": [st.Page(path, title=title, icon=icon) for path, title, icon in data],
+    }
+
+
+def main() -> None:
+    # imported in a script run, not when the server imports this file: its caches need Streamlit's runtime
+    from app import state
+
+    # an emoji favicon is drawn by the browser; a :material: one is fetched from a font host
+    st.set_page_config(page_title="TraceDoctor", page_icon="🩺", layout="wide")
+    try:
+        user = auth.current_user()
+    except auth.AuthConfigError as exc:   # every visitor reads this page: the details go to the log
+        logging.getLogger("tracedoctor").error("team mode is not set up: %s", exc)
+        st.error("Team mode is not set up on this server. Whoever runs it finds the reason in its log.",
+                 icon=":material/settings:")
+        return
+    if user is None:
+        st.navigation([st.Page(auth.login_page, title="Sign in", icon=":material/login:")]).run()
+        return
+    navigation = st.navigation(pages(user))
+    try:
+        state.ensure_samples_loaded()
+        with st.sidebar:
+            st.markdown("### :material/stethoscope: TraceDoctor")
+            st.caption("Why is my PyTorch training job slower than it should be?")
+            auth.sidebar_account()
+        navigation.run()  # each page draws the run picker first (state.page_start)
+    except state.StoreUnavailable as exc:
+        logging.getLogger("tracedoctor").error("store %s: %s", state.db_path(), exc.cause)
+        if auth.is_team_mode():   # a shared server's paths (DuckDB's message quotes them) are not for its users
+            st.error("The run store cannot be opened or written. Ask whoever runs this server to check its "
+                     "TRACEDOCTOR_DB; the details are in its log.", icon=":material/database:")
+        else:
+            st.error(f"The run store `{state.db_path()}` cannot be opened or written ({exc}). Point "
+                     "TRACEDOCTOR_DB at a file you may write, or fix its permissions, then reload.",
+                     icon=":material/database:")
+    finally:
+        state.release_run_cursor()   # the store closes when no click needs it: the CLI can write to it
+
+
+def show_script_error(exc: BaseException) -> bool:
+    """The server's handler for an error a page did not expect: in team mode the page says so in
+    plain words and the traceback (server paths and all) goes to the server's log only."""
+    if not auth.is_team_mode():
+        return False   # local mode: the user is the one who runs the server; show it all
+    logging.getLogger("tracedoctor").error("page error", exc_info=exc)
+    st.error("Something went wrong on the server; the details are in its log.", icon=":material/error:")
+    return True
+
+
+if __name__ == "__main__":   # the entry script, run by Streamlit on every click
+    main()
+else:   # imported by `streamlit run` (or an ASGI server): the server app
+    from streamlit import config as _config
+    from streamlit.starlette import App
+
+    from app import uploads
+
+    # before it serves anything (Streamlit has bound its port by now, but no request is answered
+    # until this import returns): local mode (no login) on an address other machines reach, or a
+    # team mode that cannot let anyone in, stops here with the reason
+    _problem = auth.startup_problem(_config.get_option("server.address"))
+    if _problem:
+        print(f"TraceDoctor: {_problem}", file=sys.stderr)
+        raise SystemExit(2)
+    streamlit_app = App(__file__, routes=uploads.routes(), on_script_error=show_script_error)

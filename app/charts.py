@@ -77,11 +77,14 @@ def per_rank_bars(values: pd.Series, ranks: pd.Series, title: str, unit: str = "
 
 
 def heatmap(frame: pd.DataFrame, column: str, title: str, colorscale: str = "Reds") -> go.Figure:
-    """Rank x step heatmap of `column` (ms); ranks as rows so a straggler is one bright row."""
+    """Rank x step heatmap of `column` (ms), colours from 0 ms; ranks as rows so a straggler is one
+    bright row."""
     pivot = frame.assign(step_name=[step_label(s) for s in frame["step"]]).pivot_table(
         index="rank", columns="step_name", values=column, aggfunc="first", sort=False)
     fig = go.Figure(go.Heatmap(
         z=pivot.values, x=list(pivot.columns), y=[rank_label(r) for r in pivot.index], colorscale=colorscale,
+        # from 0: a scale spanning only the data's range makes 2% noise look like a straggler
+        zmin=0, zmax=float(pd.Series(pivot.values.ravel()).max(skipna=True) or 1.0),
         colorbar=dict(title="ms"), hovertemplate="%{y}, %{x}: %{z:.3f} ms<extra></extra>"))
     fig.update_layout(title=title, height=max(220, 60 + 28 * len(pivot.index)), **LAYOUT)
     fig.update_yaxes(autorange="reversed")

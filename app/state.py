@@ -32,6 +32,7 @@ import pandas as pd
 import streamlit as st
 
 from analyzers import queries
+from analyzers.safe_text import page_markdown as md
 from analyzers import runs as run_store
 from analyzers.model import FileError
 from analyzers.store import StoreBusy, connect_waiting, default_db_path
@@ -59,10 +60,16 @@ class StoreLease:
 
     def acquire(self, wait_s: float = 0.0) -> duckdb.DuckDBPyConnection:
         """A cursor of its own on the store, opening it when closed; StoreBusy when another
-        process still holds the file after wait_s. Hand it back with release()."""
+        process still holds the file after wait_s, StoreUnavailable when it cannot be opened
+        at all. Hand it back with release()."""
         with self._lock:
             if self._con is None:
-                self._con = connect_waiting(self.path, wait_s=wait_s, ensure_schema=not self._schema_checked)
+                # a store file deleted while the server runs is created afresh, with its schema
+                fresh = not self._schema_checked or not os.path.exists(self.path)
+                try:
+                    self._con = connect_waiting(self.path, wait_s=wait_s, ensure_schema=fresh)
+                except (duckdb.Error, OSError) as exc:
+                    raise StoreUnavailable(exc) from exc
                 self._schema_checked = True
             self._users += 1
             try:
@@ -98,6 +105,21 @@ class StoreLease:
     @property
     def is_open(self) -> bool:
         return self._con is not None
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be opened or written (a read-only file or folder, a full disk), in plain
+    words: the dashboard says so on the page instead of showing a traceback."""
+
+    def __init__(self, cause: BaseException):
+        self.cause = cause
+        lines = str(cause).strip().splitlines()   # an exception may have no message at all
+        reason = getattr(cause, "strerror", None) or (lines[0] if lines else type(cause).__name__)
+        if isinstance(cause, PermissionError) or "permission denied" in str(cause).lower():
+            reason = "permission denied (a read-only file or folder?)"
+        elif "read-only" in str(cause).lower():
+            reason = "the file or its folder is read-only"
+        super().__init__(reason)
 
 
 def db_path() -> str:
@@ -160,8 +182,10 @@ def release_run_cursor() -> None:
 # --------------------------------------------------------------------------- writes
 
 def ingest(paths: list[str], name: str | None = None,
-           progress: Callable[[str, str, float], None] | None = None) -> dict[str, Any]:
-    """Ingest one run and analyse it, under the write lock.
+           progress: Callable[[str, str, float], None] | None = None,
+           audit: tuple[str, str | None, str] | None = None) -> dict[str, Any]:
+    """Ingest one run and analyse it, under the write lock; audit (action, actor, detail) is
+    recorded in the store's audit log with the run it gave.
 
     Returns {"run_id", "reused", "files", "errors", "warnings" (lists of {"file", "error"}),
     "findings" (count), "analysis_error" (str or None)}.
@@ -170,6 +194,9 @@ def ingest(paths: list[str], name: str | None = None,
 
     with lease().write_lock:
         result = ingest_paths(cur(), paths, name=name, progress=progress)
+        if audit is not None:
+            action, actor, detail = audit
+            run_store.record_audit(cur(), action, run_id=result.run_id, actor=actor, detail=detail)
         outcome = {"run_id": result.run_id, "reused": result.reused, "files": list(result.files),
                    "errors": [e.to_dict() for e in result.errors],
                    "warnings": [w.to_dict() for w in result.warnings], "findings": 0, "analysis_error": None}
@@ -192,10 +219,11 @@ def reanalyze(run_id: str) -> None:
     st.cache_data.clear()
 
 
-def write(action: Callable[..., Any], *args: Any) -> Any:
-    """Run one analyzers.runs mutation (rename, tags, notes, marks, delete) under the write lock."""
+def write(action: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run one analyzers.runs mutation (rename, tags, notes, marks, delete, restore) under the
+    write lock; kwargs carry the actor the store's audit log records."""
     with lease().write_lock:
-        return action(cur(), *args)
+        return action(cur(), *args, **kwargs)
 
 
 # --------------------------------------------------------------------------- sample runs
@@ -325,6 +353,14 @@ def findings(run_id: str) -> list[dict[str, Any]]:
     return queries.findings(cur(), run_id)
 
 
+def run_costs(run_id: str) -> dict[str, Any] | None:
+    return queries.run_costs(cur(), run_id)
+
+
+def run_notes(run_id: str) -> list[str]:
+    return queries.run_notes(cur(), run_id)
+
+
 def run_info(run_id: str) -> dict[str, Any] | None:
     return queries.run_info(cur(), run_id)
 
@@ -333,6 +369,7 @@ def run_info(run_id: str) -> dict[str, Any] | None:
 
 RUN_KEY = "run_id"
 PENDING_RUN_KEY = "_pending_run_id"
+GONE_RUN_KEY = "_gone_run_id"
 PICKER_KEY = "_run_picker"
 
 
@@ -347,7 +384,9 @@ def sidebar_run_picker(problems: list[FileError]) -> str | None:
     with st.sidebar:
         if not all_runs:
             st.caption("No runs stored yet.")
-            st.session_state.pop(RUN_KEY, None)
+            gone = st.session_state.pop(RUN_KEY, None)
+            if gone is not None:   # the last run was deleted meanwhile
+                st.session_state[GONE_RUN_KEY] = gone
         else:
             ids = [r["run_id"] for r in all_runs]
             labels = {r["run_id"]: run_label(r) for r in all_runs}
@@ -355,16 +394,23 @@ def sidebar_run_picker(problems: list[FileError]) -> str | None:
             if pending in ids:  # a page asked to show this run
                 st.session_state[RUN_KEY] = pending
             if st.session_state.get(RUN_KEY) not in ids:
+                gone = st.session_state.get(RUN_KEY)
                 st.session_state[RUN_KEY] = default_run(ids)
+                if gone is not None:   # deleted meanwhile, here or by someone else
+                    st.session_state[GONE_RUN_KEY] = gone
             # Widget state does not survive a page switch, so the choice lives in RUN_KEY and the
             # widget is re-seeded from it on every run.
             st.session_state[PICKER_KEY] = st.session_state[RUN_KEY]
             st.selectbox("Run", ids, key=PICKER_KEY, format_func=labels.get,
                          on_change=lambda: st.session_state.update({RUN_KEY: st.session_state[PICKER_KEY]}))
-        from app.ui import md  # app.ui imports this module; import here, at call time
-
         for problem in problems:
             st.warning(f"{md(Path(problem.file).name)}: {md(problem.error)}")
+    gone = st.session_state.pop(GONE_RUN_KEY, None)
+    if gone is not None:
+        st.warning(f"The run you were looking at (`{gone[:8]}`) is no longer stored: it was deleted, here or by "
+                   "someone else (a maintainer can restore it from the trash in **Manage runs**)."
+                   + (" Showing the run picked in the sidebar instead." if st.session_state.get(RUN_KEY) else ""),
+                   icon=":material/delete:")
     return st.session_state.get(RUN_KEY)
 
 
@@ -393,8 +439,6 @@ def ensure_analysed(run_id: str) -> None:
     (which only loads), or analysed by an older TraceDoctor whose findings would be shown as
     current. A failure is shown, and the page goes on with what is stored."""
     from analyzers.findings import analysis_is_current
-
-    from app.ui import md  # app.ui imports this module; import here, at call time
 
     failed = st.session_state.setdefault("_analysis_failed", {})
     if run_id in failed:   # tried once in this session: say so again rather than redo it on every click

@@ -10,7 +10,8 @@ distributedInfo, deviceProperties, record_param_comms with collective sizes).
 The ground truth is measured on the model's own timeline, not re-derived from the trace: every
 GPU op remembers why the host issued it late (its `cause`), so each GPU idle gap is charged to the
 problem that caused it; every collective knows when the last rank arrived, so waiting is
-separated from transfer exactly.
+separated from transfer exactly. The spike_step scenario plants no problem: one rank slow in one
+step is a step outlier, which no analysis may report as a straggler or anything else.
 
     from sample_traces.synthesize import synthesize
     truth = synthesize("/tmp/t", "straggler", world_size=4, steps=5, seed=0)
@@ -75,6 +76,9 @@ ELEMENTWISE_KERNEL = ("void at::native::vectorized_elementwise_kernel<4, "
                       "(int, at::native::BinaryFunctor<float, float, float, "
                       "at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 3>)")
 NCCL_ALLREDUCE_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+# spike_step scenario: the one slow step (the 4th recorded, or the last of fewer) and its extra GPU time
+SPIKE_STEP_INDEX = 3
+SPIKE_NS = 42 * MS
 SINGLE_LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 MULTI_LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 
@@ -130,6 +134,8 @@ class Workload:
     free_ns: int = 300 * US             # host time in one cudaFree (after the device has drained)
     malloc_layers: int = 0              # forward layers re-allocating their output (cudaMalloc) after it
     malloc_ns: int = 1 * MS             # host time in one cudaMalloc of a fresh segment
+    spike_step: int | None = None       # ProfilerStep#N in which this rank's GPU runs slow (throttled)
+    spike_ns: int = 0                   # extra GPU time of that step, spread over its GEMMs
 
 
 @dataclass
@@ -142,9 +148,12 @@ class Scenario:
     planted: list[dict[str, Any]] = field(default_factory=list)          # kind, rank(s), design size
 
 
-def _scenarios(world_size: int | None) -> dict[str, Scenario]:
+def _scenarios(world_size: int | None, first_step: int = 10, steps: int = 5) -> dict[str, Scenario]:
     base = Workload()
     ws = world_size
+    spike_ws = ws or 3
+    spike_rank = spike_ws - 1
+    spike_step = first_step + min(SPIKE_STEP_INDEX, steps - 1)
     straggler_ws = ws or 4
     straggler_rank = straggler_ws - 2 if straggler_ws > 2 else straggler_ws - 1
     all_ws = ws or 4
@@ -158,6 +167,12 @@ def _scenarios(world_size: int | None) -> dict[str, Scenario]:
     return {
         "control": Scenario(
             "control", "compute-bound, comm overlapped with backward, balanced ranks", ws or 2, base),
+        "spike_step": Scenario(
+            "spike_step", f"the control with one spike: rank {spike_rank}'s GPU runs its GEMMs "
+                          f"{SPIKE_NS // MS} ms slower in step {spike_step} only (a throttled clock)",
+            spike_ws, base, per_rank={spike_rank: {"spike_step": spike_step, "spike_ns": SPIKE_NS}},
+            # a step outlier, not a finding kind: no analysis should report it as a problem
+            planted=[{"kind": "step_outlier", "rank": spike_rank, "step": spike_step, "design_ns": SPIKE_NS}]),
         "launch_bound": Scenario(
             "launch_bound", "tiny kernels; per-parameter optimizer loop launched one op at a time",
             ws or 2,
@@ -450,6 +465,8 @@ def _train_step(m: RankModel, step: int) -> Iterator[CollectiveRequest]:
     wl = m.wl
     m.step = step
     step_start = m.cpu
+    # a throttled step: every GEMM of it (forward and the two of backward per layer) runs longer
+    gemm_ns = wl.gemm_ns + (wl.spike_ns // (3 * wl.layers) if step == wl.spike_step else 0)
     with m.annotation(f"ProfilerStep#{step}"):
         with m.annotation(wl.loader):
             with m.cpu_op("aten::stack", args={"Input Dims": [[]], "Input type": ["TensorList"]}):
@@ -474,7 +491,7 @@ def _train_step(m: RankModel, step: int) -> Iterator[CollectiveRequest]:
                         if layer < wl.malloc_layers:
                             # the emptied caching allocator maps a fresh segment for the output
                             m.runtime_call("cudaMalloc", wl.malloc_ns, 20)
-                        m.launch(wl.gemm_kernel, wl.gemm_ns)
+                        m.launch(wl.gemm_kernel, gemm_ns)
                 with m.cpu_op("aten::relu", args={"Input Dims": [[wl.tokens, wl.hidden]]}):
                     m.launch(RELU_KERNEL, wl.act_ns)
                 if layer < wl.syncs_per_step:
@@ -500,7 +517,7 @@ def _train_step(m: RankModel, step: int) -> Iterator[CollectiveRequest]:
                         for _ in range(2):
                             with m.cpu_op("aten::mm", args={"Input Dims": [[wl.tokens, wl.hidden],
                                                                           [wl.hidden, wl.hidden]]}):
-                                m.launch(wl.gemm_kernel, wl.gemm_ns)
+                                m.launch(wl.gemm_kernel, gemm_ns)
                 if wl.comm == "overlap":
                     # DDP: this layer's bucket is ready, all-reduce it while backward goes on
                     yield from m.allreduce(params[layer])
@@ -789,7 +806,7 @@ def synthesize(out_dir: str | Path, scenario: str = "control", world_size: int |
     ...}]} where problems lists each planted problem per affected rank whose true cost is at least
     `min_pct` of that rank's mean step time. A control has no problems.
     """
-    table = _scenarios(world_size)
+    table = _scenarios(world_size, first_step, steps)
     if scenario not in table:
         raise ValueError(f"unknown scenario {scenario!r}; choose from {', '.join(table)}")
     if steps < 1:

@@ -19,7 +19,7 @@ def test_many_small_messages_merge_into_about_four_buckets():
 
 
 def test_large_model_small_messages_capped():
-    settings = derive_ddp_settings({"count": 400, "total_bytes_per_step": 1500 * MIB})
+    settings = derive_ddp_settings({"count": 2000, "total_bytes_per_step": 1500 * MIB})   # 0.75 MiB each: small
     assert settings.bucket_cap_mb == 256            # merging stops at MAX_BUCKET_CAP_MB
 
 

@@ -128,13 +128,13 @@ def test_amp_step_fp16_on_cpu_trains():
 
 
 def test_registry_entries():
-    assert registry.FINDING_KINDS[-1] == "fp32_matmul"
+    assert "fp32_matmul" in registry.FINDING_KINDS
     tf32_fix, amp_fix = registry.get("tf32_matmul"), registry.get("amp_autocast")
     assert tf32_fix.addresses == ["fp32_matmul"] == amp_fix.addresses
     assert tf32_fix.needs == ["cuda"] == amp_fix.needs
     assert tf32_fix.module == amp_fix.module == "accel.kernels.precision"
-    for metrics in ({}, {"tf32_capable": True}):
-        assert registry.fixes_for("fp32_matmul", metrics) == ["tf32_matmul", "amp_autocast"]
+    assert registry.fixes_for("fp32_matmul", {"tf32_capable": True, "tf32_in_use": False}) == ["tf32_matmul", "amp_autocast"]
+    assert registry.fixes_for("fp32_matmul", {}) == ["amp_autocast", "tf32_matmul"]   # TF32 unknown
     reason = tf32_fix.why_not({"tf32_capable": False})
     assert reason == ("TF32 needs an Ampere or newer GPU (this trace's GPU predates it): use mixed "
                       "precision (amp_autocast) instead")

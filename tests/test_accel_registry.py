@@ -1,4 +1,5 @@
-"""accel.registry: the 15 fixes, their predicates over finding metrics, and the ranking."""
+"""accel.registry: the 15 fixes, their predicates over finding metrics, and the ranking.
+(tests/test_registry_metrics.py checks the registry against the metrics the analyses emit.)"""
 from __future__ import annotations
 
 import importlib.util
@@ -54,24 +55,32 @@ def test_registry_imports_no_torch():
     assert out.stdout.strip() == "False"
 
 
-def test_unknown_metrics_mean_every_fix_applies_in_fit_order():
-    assert registry.fixes_for("launch_gap", {}) == [
+def test_measured_metrics_rank_in_fit_order_and_unmeasured_ones_after_fixes_that_apply():
+    measured = {"syncs_per_step": 1, "optimizer_kernel_share": 0.2, "elementwise_kernel_share": 0.2}
+    assert registry.fixes_for("launch_gap", measured) == [
         "cuda_graph", "compile_reduce_overhead", "fused_optimizer", "triton_fused_elementwise"]
+    # nothing measured: compile has no check (applies); the others are unknown, in fit order
+    assert registry.fixes_for("launch_gap", {}) == [
+        "compile_reduce_overhead", "cuda_graph", "fused_optimizer", "triton_fused_elementwise"]
     assert registry.fixes_for("launch_gap", None) == registry.fixes_for("launch_gap", {})
-    assert registry.fixes_for("comm_exposed", {})[0] == "comm_compression"
+    assert registry.fixes_for("comm_exposed", {})[0] == "ddp_bucket_tuning"
+    assert registry.fixes_for("comm_exposed", {"mean_msg_bytes": 8 << 20, "busbw_gbps": 150.0,
+                                               "nodes": 2, "world_size": 16, "local_world_size": 8})[0] \
+        == "comm_compression"
 
 
 def test_no_fix_for_an_unknown_kind():
     assert registry.fixes_for("cosmic_rays", {}) == []
 
 
-def test_dynamic_shapes_rule_out_the_cuda_graph_but_keep_it_listed_last():
-    ranked = registry.fixes_for("launch_gap", {"static_shapes": False})
+def test_syncs_in_the_step_rule_out_the_cuda_graph_but_keep_it_listed_last():
+    ranked = registry.fixes_for("launch_gap", {"syncs_per_step": 5})
     assert ranked[-1] == "cuda_graph"
-    assert not registry.get("cuda_graph").applies({"static_shapes": False})
-    assert not registry.get("cuda_graph").applies({"distinct_shapes": 3})
-    assert not registry.get("cuda_graph").applies({"syncs_per_step": 5})
-    assert registry.get("cuda_graph").applies({"static_shapes": True, "syncs_per_step": 1})
+    graph = registry.get("cuda_graph")
+    assert not graph.applies({"syncs_per_step": 5})
+    assert graph.verdict({"syncs_per_step": 2}).status == "applies"     # the loss read after the step
+    # the cut-off is CUDA_GRAPH_MAX_SYNCS_PER_STEP, overridable like every threshold
+    assert graph.verdict({"syncs_per_step": 5}, thresholds={"CUDA_GRAPH_MAX_SYNCS_PER_STEP": 8}).status == "applies"
 
 
 def test_optimizer_heavy_gaps_put_the_fused_optimizer_first():
@@ -83,10 +92,14 @@ def test_optimizer_heavy_gaps_put_the_fused_optimizer_first():
 
 
 def test_powersgd_ranks_by_link_speed():
-    slow = registry.fixes_for("comm_exposed", {"busbw_gbps": 10.0})
-    assert slow[0] == "powersgd"            # 0.5 + 0.3 * (1 - 10/50) = 0.74 > 0.7
-    fast = registry.fixes_for("comm_exposed", {"busbw_gbps": 200.0})
-    assert fast[-1] == "powersgd"           # NVLink-class: ruled out
+    large = {"mean_msg_bytes": 8 << 20}
+    slow = registry.fixes_for("comm_exposed", {**large, "busbw_gbps": 6.0})
+    assert slow[0] == "powersgd"            # 0.5 + 0.3 * (1 - 6/30) = 0.74 > 0.7
+    fast = registry.fixes_for("comm_exposed", {**large, "busbw_gbps": 200.0})
+    assert fast[-1] == "powersgd"           # NVLink class (LINK_FAST_GBPS): ruled out
+    medium = registry.get("powersgd").verdict({**large, "busbw_gbps": 60.0})
+    assert medium.status == "applies"       # between LINK_SLOW_GBPS and LINK_FAST_GBPS
+    assert registry.get("powersgd").fit_for("comm_exposed", {**large, "busbw_gbps": 60.0}) == 0.5   # no bonus
 
 
 def test_hierarchical_allreduce_only_across_nodes():
@@ -95,15 +108,19 @@ def test_hierarchical_allreduce_only_across_nodes():
     assert fix.applies({"nodes": 4})
     assert not fix.applies({"world_size": 8, "local_world_size": 8})
     assert fix.applies({"world_size": 16, "local_world_size": 8})
+    # without `nodes` (GPUs per node unknown) more ranks than local GPUs is not proof of several nodes
+    assert fix.verdict({"world_size": 16, "local_world_size": 1}, kind="comm_exposed").missing == ("nodes",)
 
 
 def test_h2d_and_loader_predicates():
     prefetch = registry.get("cuda_prefetcher")
     assert not prefetch.applies({"pageable_share": 0.0, "h2d_overlap_pct": 95.0})
     assert prefetch.applies({"pageable_share": 1.0, "h2d_overlap_pct": 0.0})
-    assert registry.fixes_for("h2d_stall", {})[0] == "cuda_prefetcher"
+    assert registry.fixes_for("h2d_stall", {"pageable_share": 1.0, "h2d_overlap_pct": 0.0})[0] == "cuda_prefetcher"
+    assert registry.fixes_for("h2d_stall", {})[0] == "dataloader_tuning"   # the prefetcher: unknown
     assert registry.fixes_for("dataloader_stall", {})[0] == "dataloader_tuning"
-    assert not registry.get("dataloader_tuning").applies({"num_workers": 8, "cpu_count": 8})
+    # the trace does not say how many CPUs the host had: nothing rules more workers out
+    assert registry.get("dataloader_tuning").verdict({"num_workers": 8}).status == "applies"
 
 
 @pytest.mark.parametrize("metrics", [
@@ -116,7 +133,11 @@ def test_odd_metrics_never_raise_and_count_as_unknown(metrics):
     for kind in registry.FINDING_KINDS:
         ranked = registry.fixes_for(kind, metrics)
         assert sorted(ranked) == sorted(f.id for f in registry.FIXES.values() if kind in f.addresses)
-    assert registry.get("cuda_graph").applies(metrics)
+        for fix_id in ranked:
+            fix = registry.get(fix_id)
+            if fix.predicate is not None and fix.reads_for(kind):
+                assert fix.verdict(metrics, kind=kind).status == "unknown", (fix_id, kind)
+    assert registry.get("cuda_graph").applies(metrics)     # not ruled out, only unknown
 
 
 def test_list_fixes_shape():
@@ -126,8 +147,8 @@ def test_list_fixes_shape():
 
 
 def test_why_not_gives_the_plain_reason():
-    assert registry.get("cuda_graph").why_not({"distinct_shapes": 3}) == \
-        "3 distinct input shapes; a CUDA graph replays fixed shapes"
+    assert registry.get("cuda_graph").why_not({"syncs_per_step": 5}) == \
+        "5 host syncs per step; a captured step cannot sync"
     assert registry.get("fused_optimizer").why_not({"optimizer_kernel_share": 0.05}) == \
         "only 5% of the step's kernels come from the optimizer"
     assert registry.get("cuda_graph").why_not({}) is None
@@ -140,8 +161,7 @@ def test_every_comm_and_balance_rule_out_says_why_in_its_own_words():
              ("balanced_sampler", {"imbalance_source": "compute", "shapes_compared": True,
                                    "shape_differs": False}, "same input shapes"),
              ("comm_compression", {"mean_msg_bytes": 16640}, "latency"),
-             ("hierarchical_allreduce", {"world_size": 8, "local_world_size": 8}, "one node"),
-             ("no_sync_accumulation", {"grad_accum_steps": 1}, "no gradient accumulation")]
+             ("hierarchical_allreduce", {"world_size": 8, "local_world_size": 8}, "one node")]
     for fix_id, metrics, words in cases:
         reason = registry.get(fix_id).why_not(metrics)
         assert reason and reason != generic and words in reason, (fix_id, reason)
@@ -166,7 +186,10 @@ def test_the_prefetcher_is_ruled_out_for_syncs_that_read_gpu_values():
     copies = {"top_callers": [{"call": "cudaStreamSynchronize", "op": "aten::to", "blocked_ms_per_step": 4.0},
                               {"call": "cudaStreamSynchronize", "op": "aten::item", "blocked_ms_per_step": 0.5}]}
     assert registry.get("cuda_prefetcher").why_not(copies) is None
-    assert registry.get("cuda_prefetcher").why_not({"top_callers": []}) is None   # unknown: applies
+    assert registry.get("cuda_prefetcher").verdict(copies, kind="host_sync").status == "applies"
+    unattributed = registry.get("cuda_prefetcher").verdict({"top_callers": []}, kind="host_sync")
+    assert (unattributed.status, unattributed.missing) == ("unknown", ("top_callers",))
+    assert registry.get("cuda_prefetcher").why_not({"top_callers": []}) is None   # unknown is not ruled out
 
 
 @pytest.mark.parametrize("fix_id", CORE_FIXES)

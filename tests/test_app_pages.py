@@ -148,7 +148,9 @@ def test_ranks_and_communication_pages_draw_their_charts(hand_built, monkeypatch
     assert any("busbw_gbps" in f.value.columns and len(f.value) == 1 for f in frames)
 
 
-def test_rename_tag_and_delete_a_run(hand_built, monkeypatch):
+def test_rename_tag_delete_restore_and_purge_a_run(hand_built, monkeypatch):
+    from analyzers.runs import audit_log, list_trash
+
     at = goto(open_app(monkeypatch, hand_built, run_id=AFTER_RUN), "views/runs.py")
     at.text_input[0].set_value("after bucket tuning")
     at.text_input[1].set_value("after-fix, ddp")
@@ -164,11 +166,38 @@ def test_rename_tag_and_delete_a_run(hand_built, monkeypatch):
     [b for b in at.button if b.label == "Delete run"][0].click()
     at.run()
     assert not at.exception
-    at.run()
-    con = connect(hand_built)
-    assert con.execute("SELECT count(*) FROM events WHERE run_id = ?", [AFTER_RUN]).fetchone()[0] == 0
-    con.close()
     assert at.session_state["run_id"] == BEFORE_RUN
+    con = connect(hand_built)
+    assert [r["run_id"] for r in list_trash(con)] == [AFTER_RUN]   # in the trash, rows kept
+    assert con.execute("SELECT count(*) FROM events WHERE run_id = ?", [AFTER_RUN]).fetchone()[0] > 0
+    con.close()
+
+    at.button(key="restore").click()
+    at.run()
+    assert not at.exception
+    con = connect(hand_built)
+    assert list_trash(con) == []
+    con.close()
+    assert at.session_state["run_id"] == AFTER_RUN   # restored, and shown
+
+    at.checkbox(key=f"confirm-{AFTER_RUN}").check()
+    at.run()
+    [b for b in at.button if b.label == "Delete run"][0].click()
+    at.run()
+    at.checkbox(key=f"confirm-purge-{AFTER_RUN}").check()
+    at.run()
+    at.button(key="purge").click()
+    at.run()
+    assert not at.exception
+    con = connect(hand_built)
+    try:
+        assert con.execute("SELECT count(*) FROM events WHERE run_id = ?", [AFTER_RUN]).fetchone()[0] == 0
+        actions = [(r["action"], r["run_id"]) for r in audit_log(con)]
+    finally:
+        con.close()
+    assert actions[:6] == [("purge", AFTER_RUN), ("delete", AFTER_RUN), ("restore", AFTER_RUN),
+                           ("delete", AFTER_RUN), ("tags", AFTER_RUN), ("rename", AFTER_RUN)]
+    assert "Audit log" in [h.value for h in at.subheader]
 
 
 def test_every_page_with_an_empty_store(tmp_path, monkeypatch):
@@ -206,25 +235,58 @@ def _rank_trace(rank: int, world: int) -> bytes:
                        "traceEvents": events}).encode()
 
 
+def send_through_upload_route(ticket_id: str, files: list[tuple[str, bytes]], slice_bytes: int = 7) -> None:
+    """Upload files as the page's browser component does: each in slices through the HTTP route."""
+    import asyncio
+
+    import httpx
+    from starlette.applications import Starlette
+
+    from app import uploads
+
+    async def send() -> None:
+        transport = httpx.ASGITransport(app=Starlette(routes=uploads.routes()))
+        async with httpx.AsyncClient(transport=transport, base_url="http://dashboard") as client:
+            for index, (name, content) in enumerate(files):
+                url = uploads.route_path().replace("{file_id}", f"file{index:04d}test")
+                for start in range(0, max(len(content), 1), slice_bytes):
+                    response = await client.put(url, content=content[start:start + slice_bytes], headers={
+                        uploads.TICKET_HEADER: ticket_id, "X-Upload-Offset": str(start),
+                        "X-Upload-Size": str(len(content)), "X-Upload-Name": name})
+                    assert response.status_code == 200, response.text
+
+    asyncio.run(send())
+
+
 def test_upload_loads_good_files_and_names_the_broken_one(tmp_path, monkeypatch):
     pytest.importorskip("analyzers.ingest")
+    from analyzers.runs import audit_log
+    from app import uploads
+
     at = goto(open_app(monkeypatch, tmp_path / "up.duckdb"), "views/load.py")
-    at.file_uploader[0].set_value([
-        ("job_rank0.json", _rank_trace(0, 2), "application/json"),
-        ("job_rank1.json.gz", gzip.compress(_rank_trace(1, 2)), "application/gzip"),
-        ("broken_rank2.json", b'{"traceEvents": [ {"ph": "X", ', "application/json"),
+    ticket = uploads.get_ticket(at.session_state["_upload_ticket"])
+    assert [b for b in at.button if b.label == "Analyse uploaded files"][0].disabled
+    send_through_upload_route(ticket.ticket_id, [
+        ("job_rank0.json", _rank_trace(0, 2)),
+        ("job_rank1.json.gz", gzip.compress(_rank_trace(1, 2))),
+        ("broken_rank2.json", b'{"traceEvents": [ {"ph": "X", '),
     ])
     at.run()
+    assert any("3 files on the server" in c.value for c in at.caption)
     [b for b in at.button if b.label == "Analyse uploaded files"][0].click()
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("Loaded run" in s.value and "2 file(s)" in s.value for s in at.success)
     errors = [plain(e.value) for e in at.error]
     assert any(e.startswith("**broken_rank2.json**: ") and "truncated" in e for e in errors), errors
+    assert not ticket.directory.exists()   # the uploaded copies go once the run is stored
     run_id = at.session_state["run_id"]
     con = connect(tmp_path / "up.duckdb")
     assert con.execute("SELECT list(rank ORDER BY rank) FROM ranks WHERE run_id = ?", [run_id]).fetchone()[0] == [0, 1]
+    entry = audit_log(con)[0]
     con.close()
+    assert (entry["action"], entry["run_id"]) == ("upload", run_id)
+    assert entry["detail"] == "job_rank0.json, job_rank1.json.gz, broken_rank2.json"
 
 
 def test_a_typed_path_that_does_not_exist_is_reported(tmp_path, monkeypatch):

@@ -96,7 +96,7 @@ def test_collectives_bytes_and_bandwidth(con):
     coll = queries.collectives(con, BEFORE_RUN)
     assert len(coll) == 1
     row = coll.iloc[0]
-    assert row["collective"] == "AllReduce"
+    assert row["collective"] == "allreduce"   # one spelling everywhere: lib/collectives.sql, lower case
     assert row["bytes"] == 4_000_000
     assert row["duration_ms"] == pytest.approx(3.0)
     assert row["algbw_gbps"] == pytest.approx(4e6 / 3e6)
@@ -109,11 +109,11 @@ def test_collectives_bytes_and_bandwidth(con):
 def test_collectives_busbw_factor_for_all_gather(con):
     add_event(con, AFTER_RUN, 0, "kernel", "ncclDevKernel_AllGather_RING_LL(x)", 20 * MS, 2 * MS, stream=20,
               args={"Group size": 4, "In msg nelems": 500, "dtype": "BFloat16"})
-    row = queries.collectives(con, AFTER_RUN).set_index("collective").loc["AllGather"]
+    row = queries.collectives(con, AFTER_RUN).set_index("collective").loc["allgather"]
     assert row["bytes"] == 1000
     assert row["busbw_gbps"] == pytest.approx(1000 / 2e6 * 3 / 4)
     summary = queries.collective_summary(con, AFTER_RUN)
-    assert set(summary["collective"]) == {"AllGather", "AllReduce"}
+    assert set(summary["collective"]) == {"allgather", "allreduce"}
 
 
 def test_findings_come_costliest_first_with_their_marks(con):

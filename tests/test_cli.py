@@ -201,12 +201,73 @@ def test_output_piped_into_head_ends_quietly(job, tmp_path):
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
 
 
-def test_delete_removes_the_run(job, tmp_path):
+def test_delete_moves_the_run_to_the_trash_and_restore_brings_it_back(job, tmp_path):
+    import getpass
+
+    from analyzers.runs import audit_log
+    from analyzers.store import connect
+
     db = tmp_path / "store.duckdb"
     run_id = run_cli("ingest", str(job), db=db).stdout.strip()
-    assert run_cli("delete", run_id, db=db).returncode == 0
+    deleted = run_cli("delete", run_id[:6], db=db)
+    assert deleted.returncode == 0 and f"python -m analyzers restore {run_id}" in deleted.stdout
     assert json.loads(run_cli("runs", "--format", "json", db=db).stdout) == []
+    trashed = json.loads(run_cli("trash", "--format", "json", db=db).stdout)
+    assert [(t["run_id"], t["deleted_by"]) for t in trashed] == [(run_id, getpass.getuser())]
+    assert run_id in run_cli("trash", db=db).stdout
+    again = run_cli("delete", run_id, db=db)
+    assert again.returncode == 2 and "already in the trash" in again.stderr
+    in_trash = run_cli("analyze", run_id, db=db)
+    assert in_trash.returncode == 2 and "restore" in in_trash.stderr
+    assert run_cli("restore", run_id[:6], db=db).stdout.strip() == f"restored {run_id}"
+    assert [r["run_id"] for r in json.loads(run_cli("runs", "--format", "json", db=db).stdout)] == [run_id]
+    assert run_cli("restore", run_id, db=db).returncode == 2     # not in the trash any more
+    purged = run_cli("delete", "--purge", run_id, db=db)
+    assert purged.returncode == 0 and "for good" in purged.stdout
+    assert run_cli("trash", "--format", "json", db=db).stdout.strip() == "[]"
+    assert "empty" in run_cli("trash", db=db).stdout
     assert run_cli("delete", run_id, db=db).returncode == 2
+    con = connect(db)
+    try:
+        actions = [(r["action"], r["actor"]) for r in audit_log(con)]
+    finally:
+        con.close()
+    user = getpass.getuser()
+    assert actions == [("purge", user), ("restore", user), ("delete", user), ("ingest", user)]
+
+
+def _read_only_call(db: Path, *argv: str) -> tuple[int, str]:
+    """A CLI command on the store opened read-only (as where the file cannot be written): its exit code and stderr."""
+    import contextlib
+    import io
+
+    from analyzers import cli
+    from analyzers.store import connect
+
+    args = cli.build_parser().parse_args(list(argv))
+    con = connect(db, read_only=True)
+    err, out = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            code = cli.COMMANDS[args.command](con, args)
+    finally:
+        con.close()
+    return code, err.getvalue() + out.getvalue()
+
+
+def test_a_read_only_store_serves_reads_and_says_why_it_cannot_write(job, tmp_path):
+    db = tmp_path / "store.duckdb"
+    run_id = run_cli("ingest", str(job), db=db).stdout.strip()
+    code, text = _read_only_call(db, "analyze", run_id)
+    assert code == 2 and "read-only" in text and "not been analysed" in text
+    assert run_cli("analyze", run_id, db=db).returncode == 0
+    code, text = _read_only_call(db, "analyze", run_id, "--format", "json")
+    assert code == 0 and json.loads(text)["run"]["run_id"] == run_id
+    code, text = _read_only_call(db, "runs")
+    assert code == 0 and run_id in text
+    for argv in (("delete", run_id), ("restore", run_id), ("ingest", str(job)), ("analyze", str(job))):
+        code, text = _read_only_call(db, *argv)
+        assert code == 2 and "read-only" in text and "Traceback" not in text, argv
 
 
 def test_analyze_path_imports_no_heavy_layers(job, tmp_path):

@@ -6,9 +6,12 @@ import json
 
 import pytest
 
+from analyzers import thresholds as th
 from analyzers.analyses import comm_exposed
 from analysis_support import ingest_clean, run_analysis
 from sample_traces.synthesize import Workload, synthesize
+
+EXPOSURE_THRESHOLDS = (th.COMM_SMALL_MESSAGE_BYTES, th.HOST_BLOCKED_MIN_NS)
 
 
 def _find(con, run_id, **thresholds):
@@ -56,8 +59,8 @@ def test_straggler_waiting_not_counted_as_exposed_comm(tmp_path):
     # the waiting ranks' comm is mostly exposed, but it is waiting for rank 2 ...
     rows = {r[0]: r[1:] for r in con.execute(
         "SELECT rank, exposed_ns_per_step, imbalance_wait_ns_per_step, cost_ns, mean_step_ns "
-        "FROM comm_exposure(?)", [run_id]).fetchall()}
-    lost = dict(con.execute("SELECT rank, lost_ns_per_step FROM rank_balance(?)", [run_id]).fetchall())
+        "FROM comm_exposure(?, ?, ?)", [run_id, *EXPOSURE_THRESHOLDS]).fetchall()}
+    lost = dict(con.execute("SELECT rank, lost_ns_per_step FROM rank_balance(?, ?)", [run_id, th.HOST_BLOCKED_MIN_NS]).fetchall())
     for rank in (0, 1, 3):
         exposed, waiting, cost, step = rows[rank]
         assert exposed > 0.15 * step
@@ -74,7 +77,7 @@ def test_control_comm_is_hidden(tmp_path):
     truth = synthesize(tmp_path, "control", steps=3)
     con, run_id = ingest_clean(truth["files"])
     assert all(f.cost_pct < 1.0 for f in _find(con, run_id, MIN_FINDING_PCT=0.0))
-    overlap = [r[0] for r in con.execute("SELECT overlap_pct FROM comm_exposure(?)", [run_id]).fetchall()]
+    overlap = [r[0] for r in con.execute("SELECT overlap_pct FROM comm_exposure(?, ?, ?)", [run_id, *EXPOSURE_THRESHOLDS]).fetchall()]
     assert len(overlap) == 2 and all(o > 95 for o in overlap)
 
 
@@ -114,7 +117,7 @@ def test_real_allreduce_sizes_and_bandwidth(shared_traces):
 def test_real_collectives_without_sizes(shared_traces):
     con, run_id = ingest_clean([shared_traces / "nccl2rank"])
     rows = con.execute("SELECT rank, sized_share, algbw_gbps, collectives_per_step, overlap_pct "
-                       "FROM comm_exposure(?) ORDER BY rank", [run_id]).fetchall()
+                       "FROM comm_exposure(?, ?, ?) ORDER BY rank", [run_id, *EXPOSURE_THRESHOLDS]).fetchall()
     assert [r[0] for r in rows] == [0, 1]
     for _, sized, algbw, per_step, overlap in rows:
         assert sized == 0 and algbw is None and per_step == 5
@@ -125,6 +128,15 @@ def test_real_collectives_without_sizes(shared_traces):
     assert all(f.metrics["busbw_gbps"] is None for f in found)
 
 
-def test_cpu_only_trace_has_no_comm_finding(shared_traces):
+def test_cpu_only_gloo_rank_is_costed_by_its_blocked_training_thread(shared_traces):
+    # rank 34 of a 300-rank gloo job: two all-reduces run on gloo threads through 179 ms of its
+    # 210 ms step while the training thread runs nothing (see tests/test_gloo_comm.py for the
+    # measure checked against step times)
     con, run_id = ingest_clean([shared_traces / "cpu_only_rank34.json.gz"])
-    assert _find(con, run_id, MIN_FINDING_PCT=0.0) == []
+    [finding] = _find(con, run_id)
+    assert finding.rank == 34 and finding.metrics["comm_source"] == "cpu"
+    assert finding.cost_ns == pytest.approx(178.78e6, rel=1e-3)
+    assert finding.cost_pct == pytest.approx(100 * 178.78 / 210.11, rel=1e-3)
+    assert finding.metrics["overlap_pct"] == pytest.approx(0.0, abs=0.1)
+    assert finding.metrics["waiting_known"] is False and "missing" in finding.summary
+    assert "training thread is blocked" in finding.summary

@@ -57,7 +57,7 @@ def test_idle_before_the_first_step_is_no_steps_cost(tmp_path):
     for start in (100_000, 101_000):
         t.gpu("void gemm", start + 100, 800, launch_ts=start + 10)
     report = analyze_paths([t.write(tmp_path / "rank0.json")])
-    gap = findings(report)["launch_gap:r0"]
+    gap = findings(report)["launch_gap"]
     assert gap["cost_ms_per_step"] == 0.15 and gap["cost_pct"] == 15.0
     assert BASE_US + 100_000 <= gap["start_us"] < gap["end_us"] <= BASE_US + 102_000
     assert all(f["cost_pct"] <= 100 for f in report["findings"])
@@ -70,7 +70,7 @@ def test_h2d_finding_without_byte_counts_points_at_the_longest_copy(tmp_path):
     t.gpu("Memcpy HtoD (Pinned -> Device)", 100, 200, cat="gpu_memcpy", stream=9, launch="cudaMemcpyAsync")
     t.gpu("Memcpy HtoD (Pinned -> Device)", 320, 50, cat="gpu_memcpy", stream=9, launch="cudaMemcpyAsync")
     t.gpu("void gemm", 400, 550)
-    h2d = findings(analyze_paths([t.write(tmp_path / "rank0.json")]))["h2d_stall:r0"]
+    h2d = findings(analyze_paths([t.write(tmp_path / "rank0.json")]))["h2d_stall"]
     assert (h2d["start_us"], h2d["end_us"]) == (BASE_US + 100, BASE_US + 300)
     assert h2d["stream"] == 9 and h2d["cost_ms_per_step"] == 0.25
 
@@ -88,9 +88,9 @@ def test_comm_and_imbalance_findings_have_windows_without_steps(tmp_path):
                             "Group size": 2})
         paths.append(t.write(tmp_path / f"rank{rank}.json"))
     found = findings(analyze_paths(paths))
-    assert found["rank_imbalance:r1"]["cost_ms_per_step"] == 0.3
+    assert found["rank_imbalance"]["cost_ms_per_step"] == 0.3
     # rank 0 waited 300 us in its all-reduce [400, 800)
-    assert (found["rank_imbalance:r1"]["start_us"], found["rank_imbalance:r1"]["end_us"]) == (BASE_US + 400, BASE_US + 800)
+    assert (found["rank_imbalance"]["start_us"], found["rank_imbalance"]["end_us"]) == (BASE_US + 400, BASE_US + 800)
     for f in found.values():
         if f["kind"] in ("comm_exposed", "rank_imbalance"):
             assert f["start_us"] is not None and f["end_us"] > f["start_us"], f

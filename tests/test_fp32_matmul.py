@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from analysis_support import hand_written_store
+from analyzers.contract import computed_finding_contract
 from analyzers.analyses.fp32_matmul import short_name, tensor_cores, tf32_capable
 from analyzers.findings import run_analyses
 from test_launch_gap import US, ev, launch
@@ -145,7 +146,7 @@ def test_fp32_left_over_where_tf32_already_runs_is_not_sent_to_tf32():
     assert f.metrics["tf32_in_use"] is True and f.metrics["tf32_capable"] is True
     assert "TF32 is already on here" in f.summary
     assert f.fix_ids == ["amp_autocast", "tf32_matmul"]
-    assert "already on" in f.to_contract()["fixes_ruled_out"]["tf32_matmul"]
+    assert "already on" in computed_finding_contract(f)["fixes_ruled_out"]["tf32_matmul"]
 
 
 def test_fp16_simt_kernels_are_not_fp32():

@@ -1,4 +1,4 @@
-"""GPU idle gaps split by cause (launch_gap.sql) and the launch_gap / host_sync /
+"""GPU idle gaps split by cause (lib/gaps.sql) and the launch_gap / host_sync /
 dataloader_stall / h2d_stall findings built on them, on a hand-written trace whose every gap has
 a known cause, then on the real traces."""
 from __future__ import annotations
@@ -95,7 +95,7 @@ def test_threshold_suppresses_small_findings_and_table_is_replaced(syn):
     default = analyze_run(syn, "syn")       # 5% of step: only the 15% data-loader stall stays
     assert [f.kind for f in default] == ["dataloader_stall"]
     stored = syn.execute("SELECT finding_id, kind, cost_ns, metrics FROM findings WHERE run_id = 'syn'").fetchall()
-    assert [(r[0], r[1], r[2]) for r in stored] == [("dataloader_stall:r0", "dataloader_stall", 1505 * US)]
+    assert [(r[0], r[1], r[2]) for r in stored] == [("dataloader_stall", "dataloader_stall", 1505 * US)]
     assert json.loads(stored[0][3])["wait_ms_per_step"] == pytest.approx(1.5)
 
 
@@ -143,8 +143,11 @@ def test_alexnet_host_syncs_are_found(real):
 
 @pytest.mark.parametrize("name", ["cpu_only_rank34", "no_distributed_info_cpu_ops"])
 def test_cpu_only_traces_say_so_and_find_nothing_gpu(real, name):
+    from analyzers.findings import kinds_measured_without_gpu
+
     findings, notes = real[name]
-    assert findings == []
+    # only what the host shows (cpu_only_rank34's training thread waits on gloo: comm_exposed)
+    assert {f.kind for f in findings} <= kinds_measured_without_gpu()
     assert any("no GPU activity" in n for n in notes)
 
 

@@ -1,5 +1,5 @@
-"""The interval macros (analyzers/sql/intervals.sql) against a brute-force reference, and the
-per-run views (views.sql) on hand-written events."""
+"""The interval macros (analyzers/sql/lib/intervals.sql) against a brute-force reference, and the
+per-run views of analyzers/sql/lib on hand-written events."""
 from __future__ import annotations
 
 import json
@@ -96,7 +96,7 @@ def test_macros_accept_cte_names(con):
     assert got == [(7, 3, 12)]
 
 
-# --- views.sql on hand-written events -------------------------------------------------------
+# --- analyzers/sql/lib on hand-written events -------------------------------------------------------
 
 EVENT_COLS = ("run_id", "rank", "kind", "cat", "ph", "name", "ts_ns", "dur_ns", "pid", "tid", "device",
               "stream", "correlation", "external_id", "bytes", "args")
@@ -131,8 +131,8 @@ def test_views_classify_and_join(con):
         ev("runtime", "cudaLaunchKernel", 2500, 10, correlation=5),
         ev("kernel", "elementwise_kernel", 2600, 50, device=0, stream=7, correlation=5),
     ])
-    assert con.execute("SELECT step, start_ns, end_ns FROM steps('r') ORDER BY step").fetchall() == \
-        [(3, 0, 1000), (4, 1000, 2000)]
+    assert con.execute("SELECT step, start_ns, end_ns, source FROM steps('r') ORDER BY step").fetchall() == \
+        [(3, 0, 1000, "profiler_step"), (4, 1000, 2000, "profiler_step")]
     act = con.execute("SELECT correlation, category, counted FROM gpu_activity('r') ORDER BY correlation").fetchall()
     assert act == [(1, "compute", True), (2, "comm", True), (3, "memory", True), (4, "memory", True),
                    (5, "compute", False)]

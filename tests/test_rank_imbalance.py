@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from analyzers import thresholds as th
 from analyzers.analyses import rank_imbalance
 from analysis_support import ingest_clean, run_analysis
 from analyzers.findings import build_context
@@ -135,8 +136,8 @@ def test_one_rank_of_a_gloo_job_gets_a_plain_note(shared_traces):
 
 def test_nccl2rank_collectives_matched_pipeline_shapes_not_blamed(shared_traces):
     con, run_id = ingest_clean([shared_traces / "nccl2rank"])
-    rows = con.execute("SELECT rank, matched_instances, p2p_instances, is_straggler FROM rank_balance(?) "
-                       "ORDER BY rank", [run_id]).fetchall()
+    rows = con.execute("SELECT rank, matched_instances, p2p_instances, is_straggler FROM rank_balance(?, ?) "
+                       "ORDER BY rank", [run_id, th.HOST_BLOCKED_MIN_NS]).fetchall()
     assert [r[0] for r in rows] == [0, 1]
     assert all(r[1] == 10 and r[2] == 10 for r in rows)      # 5 send/recv per step, 2 steps, all matched
     assert sum(r[3] for r in rows) == 1
@@ -174,3 +175,86 @@ def test_a_missing_collective_unmatches_its_step_only(straggler_run, tmp_path):
     [finding] = _find(con, run_id)
     assert finding.rank == 2
     assert finding.cost_ns == pytest.approx(truth["problems"][0]["cost_ns_per_step"], rel=0.15)
+
+
+# --- persistence: a straggler is late in most steps; a spike is a step outlier --------------------
+
+def _gloo_run(tmp_path: Path, compute_us: list[list[int]]):
+    """A 3-rank gloo run from compute_us[step][rank]: each rank reaches the all-reduce when its
+    compute is done, and every rank leaves it 2 ms after the last one arrived."""
+    world = len(compute_us[0])
+    arrivals = [[c + 10 for c in step] for step in compute_us]
+    for rank in range(world):
+        _gloo_rank_file(tmp_path / f"rank{rank}.json", rank, world, [step[rank] for step in compute_us],
+                        2_000, arrivals)
+    return ingest_clean(sorted(tmp_path.glob("*.json")))
+
+
+def _find_with_notes(con, run_id, **thresholds):
+    ctx = build_context(con, run_id, thresholds or None)
+    return rank_imbalance.find(con, run_id, ctx), ctx.notes
+
+
+def test_one_spike_is_a_step_outlier_not_a_straggler(tmp_path):
+    # issue #17's control: equal work; rank 1 is last by 1 ms in 4 of 6 steps (jitter), rank 2
+    # by 42 ms in step 4 only
+    base = 50_000
+    compute = [[base, base + 1_000, base] for _ in range(6)]
+    compute[1] = [base + 1_000, base, base]
+    compute[4] = [base, base, base + 1_000]
+    compute[3] = [base, base + 1_000, base + 42_000]
+    con, run_id = _gloo_run(tmp_path, compute)
+    findings, notes = _find_with_notes(con, run_id)
+    assert findings == []
+    [note] = [n for n in notes if "step outlier" in n]
+    # ranks 0 and 1 wait 42 and 41 ms in step 4; the median step's wait is 1 ms
+    assert note.startswith("In step 4 the other ranks waited 40.5 ms longer than in the median step for rank 2,")
+    # nothing hidden under the floor names rank 2 either: the spike is out of the cost
+    [small] = _find(con, run_id, MIN_FINDING_PCT=0.0)
+    assert small.rank == 1 and small.cost_pct < 5.0
+    assert small.metrics["step_outliers"] == [{"step": 4, "rank": 2, "extra_ms": 40.5}]
+
+
+def test_persistent_straggler_keeps_its_cost_beside_another_ranks_spike(tmp_path):
+    # rank 1 is 20 ms late every step; rank 0 is 60 ms late once (its spike would have made it
+    # the rank that waited least over the run)
+    base = 50_000
+    compute = [[base, base + 20_000, base] for _ in range(6)]
+    compute[2] = [base + 80_000, base + 20_000, base]
+    con, run_id = _gloo_run(tmp_path, compute)
+    [finding] = _find(con, run_id)
+    m = finding.metrics
+    assert finding.rank == 1 and m["straggler_persistent"] is True
+    assert (m["late_steps"], m["steps_compared"]) == (5, 5)
+    assert finding.cost_ns == pytest.approx(20_000_000, rel=0.01)     # the spike step is left out
+    assert [(o["step"], o["rank"]) for o in m["step_outliers"]] == [(3, 0)]
+    assert "one-off spikes (step outliers): step 3 (rank 0" in finding.summary
+
+
+def test_imbalance_moving_between_ranks_is_costed_per_step(tmp_path):
+    # uneven batches: each step a different rank has 30 ms more work. No rank is a straggler, yet
+    # every step the other two wait 30 ms (per-rank averages over the run would hide it)
+    base = 50_000
+    compute = [[base + (30_000 if rank == step % 3 else 0) for rank in range(3)] for step in range(6)]
+    con, run_id = _gloo_run(tmp_path, compute)
+    [finding] = _find(con, run_id)
+    m = finding.metrics
+    assert m["straggler_persistent"] is False and m["step_outliers"] == []
+    assert m["late_rank_by_step"] == {str(s + 1): s % 3 for s in range(6)}
+    assert finding.cost_ns == pytest.approx(30_000_000, rel=0.01)
+    assert m["imbalance_source"] == "compute" and "No rank is a persistent straggler" in finding.summary
+
+
+def test_synthesized_spike_step_is_reported_as_nothing_else(tmp_path):
+    from analyzers.findings import analyze_run
+    truth = synthesize(tmp_path, "spike_step", steps=6, seed=4)
+    [spike] = truth["planted"]
+    assert truth["problems"] == [] and spike["kind"] == "step_outlier"
+    con, run_id = ingest_clean(truth["files"])
+    assert analyze_run(con, run_id) == []          # no analysis reports the spike as a problem
+    findings, notes = _find_with_notes(con, run_id, MIN_FINDING_PCT=0.0)
+    assert all(f.cost_pct < 1.0 and f.metrics["step_outliers"] for f in findings)
+    [note] = [n for n in notes if "step outlier" in n]
+    assert note.startswith(f"In step {spike['step']} ") and f"for rank {spike['rank']}," in note
+    waited_ms = float(note.split("waited ")[1].split(" ms")[0])
+    assert waited_ms == pytest.approx(spike["design_ns"] / 1e6, rel=0.15)

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from analyzers.contract import computed_finding_contract
 from analyzers.findings import analyze_run
 from analyzers.model import FileError
 from analyzers.report import build_report, render_html, render_markdown
@@ -21,7 +22,7 @@ RUN_KEYS = {"run_id", "name", "world_size", "ranks", "files", "start_us"}  # sta
 RANK_KEYS = {"rank", "steps", "step_time_ms", "idle_pct", "compute_pct", "non_compute_pct", "comm_time_ms",
              "comm_overlap_pct", "h2d_time_ms"}
 FINDING_KEYS = {"id", "kind", "severity", "rank", "step", "stream", "start_us", "end_us", "cost_ms_per_step",
-                "cost_pct", "summary", "metrics", "fixes", "fixes_ruled_out", "review"}
+                "cost_pct", "summary", "metrics", "fixes", "fixes_ruled_out", "fixes_unknown", "review", "ranks", "caused_by"}
 
 
 @pytest.fixture()
@@ -62,7 +63,7 @@ def test_report_follows_the_contract(report):
     assert rep["ranks"][0]["steps"] == 2 and rep["ranks"][0]["step_time_ms"] == pytest.approx(10.0)
     assert all(set(f) == FINDING_KEYS for f in rep["findings"])
     assert [f["id"] for f in rep["findings"]] == [f.finding_id for f in findings]
-    assert rep["findings"][0] == findings[0].to_contract()
+    assert rep["findings"][0] == computed_finding_contract(findings[0])
     assert rep["findings"][0]["cost_ms_per_step"] == pytest.approx(1.505)
     json.dumps(rep)   # plain JSON all the way down
 
@@ -71,8 +72,8 @@ def test_markdown_reads_well_and_keeps_tables_intact(report):
     rep, _ = report
     md = render_markdown(rep)
     assert "## Top findings" in md and "## Per-rank figures" in md
-    assert "| 1 | medium | dataloader_stall | rank 0, step 1" in md
-    assert "dataloader_tuning" in md
+    assert "| 1 | medium | The data loader starves the training loop | rank 0, step 1" in md
+    assert "dataloader\\_tuning" in md      # escaped in a table cell: renders as dataloader_tuning
     assert "<script>" not in md
     # every table row has the header's number of cells (a pipe in trace text is escaped)
     for block in md.split("\n\n"):
@@ -152,3 +153,52 @@ def test_dashboard_markdown_leaves_no_url_for_streamlit_to_link():
     from app.ui import md
     shown = md('run http://evil.example/x","x") www.evil.com a@b.com')
     assert "http://" not in shown and "www." not in shown and "a@" not in shown
+
+
+RLO = "\u202e"
+
+
+def _store_with_op_named(op_name: str, run_name: str = "r"):
+    """The hand-written trace with its host-sync op (reported in the host_sync summary) renamed."""
+    rows = synthetic_events()
+    for r in rows:
+        if r["name"] == "aten::item":
+            r["name"] = op_name
+    con = hand_written_store(rows, name=run_name, file_name="r0.json")
+    analyze_run(con, "syn", {"MIN_FINDING_PCT": 0.0})
+    return con
+
+
+def test_markdown_links_no_trace_text_but_keeps_the_teams_own_links():
+    con = _store_with_op_named("aten::item http://evil.example/op", run_name="job www.evil.org me@evil.org")
+    first = build_report(con, "syn")["findings"][0]
+    set_mark(con, "syn", first["id"], "to_fix", "see https://tickets.example/T-1_2#c3")
+    rep = build_report(con, "syn")
+    assert any("http://evil.example/op" in f["summary"] for f in rep["findings"])
+    md = render_markdown(rep)
+    for linkable in ("http://evil", "www.evil", "me@evil"):     # title, summaries: trace text
+        assert linkable not in md
+    assert "https://tickets.example/T-1_2#c3" in md              # the team's note: a working link
+    con.close()
+
+
+def test_nul_esc_and_bidi_overrides_never_reach_a_report_raw():
+    hostile = "op\x00\x1b[2J" + RLO + "gnp.exe"
+    con = _store_with_op_named(hostile, run_name=hostile)
+    rep = build_report(con, "syn", errors=[FileError(hostile + ".json", "not JSON: " + hostile)])
+    # shown as escapes (in Markdown, their backslashes escaped in turn so they render as typed)
+    for page, shown in ((render_markdown(rep), r"\\x1b\[2J\\u202egnp.exe"), (render_html(rep), r"\x1b[2J\u202egnp.exe")):
+        for raw in ("\x00", "\x1b", RLO):
+            assert raw not in page
+        assert shown in page
+    con.close()
+
+
+def test_a_huge_op_name_is_clipped_in_summaries_and_reports():
+    huge = "aten::" + "x" * 200_000
+    con = _store_with_op_named(huge)
+    rep = build_report(con, "syn")
+    assert any("aten::xxx" in f["summary"] and "…" in f["summary"] for f in rep["findings"])
+    assert len(json.dumps(rep)) < 30_000
+    assert len(render_markdown(rep)) < 30_000 and len(render_html(rep)) < 30_000
+    con.close()

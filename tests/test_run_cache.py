@@ -7,6 +7,8 @@ import contextlib
 import pytest
 
 import analyzers.findings as findings_module
+from analyzers.contract import computed_finding_contract
+from analyzers import thresholds as th
 from analyzers.ingest import ingest_paths
 from analyzers.sqlrun import CACHED_VIEWS, ensure_loaded, run_cache
 from analyzers.store import connect
@@ -24,13 +26,13 @@ def job(tmp_path_factory):
 
 
 def _contracts(findings):
-    return [f.to_contract() for f in findings]
+    return [computed_finding_contract(f) for f in findings]
 
 
 def test_cached_and_uncached_analyses_agree(job, monkeypatch):
     con, run_id = job
     cached, cached_notes = findings_module.run_analyses(con, run_id)
-    monkeypatch.setattr(findings_module, "run_cache", lambda c, r: contextlib.nullcontext(c))
+    monkeypatch.setattr(findings_module, "run_cache", lambda c, r, t: contextlib.nullcontext(c))
     plain, plain_notes = findings_module.run_analyses(con, run_id)
     assert len(cached) >= 3          # the planted problems are found at all
     assert _contracts(cached) == _contracts(plain)
@@ -40,7 +42,7 @@ def test_cached_and_uncached_analyses_agree(job, monkeypatch):
 def test_cache_is_dropped_and_views_read_the_run(job):
     con, run_id = job
     direct = con.execute("SELECT count(*), sum(dur_ns) FROM gpu_activity(?)", [run_id]).fetchone()
-    with run_cache(con, run_id):
+    with run_cache(con, run_id, th.DEFAULTS):
         temp_tables = {r[0] for r in con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name = 'temp'").fetchall()}
         assert {f"td_cache_{v}" for v in CACHED_VIEWS} <= temp_tables

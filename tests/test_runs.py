@@ -50,11 +50,13 @@ def test_marks_upsert_clear_and_validate(con):
     assert runs.get_marks(con, "aaa111") == {}
 
 
-def test_delete_removes_every_row_of_the_run_only(con):
+def test_purge_removes_every_row_of_the_run_only(con):
     runs.set_mark(con, "aaa111", "f", "to_fix")
     assert runs.delete_run(con, "aaa111") is True
-    assert runs.delete_run(con, "aaa111") is False
-    for table in ("runs", "ranks", "events", "finding_marks"):
+    assert runs.delete_run(con, "aaa111") is False      # already in the trash
+    assert runs.purge_run(con, "aaa111") is True
+    assert runs.purge_run(con, "aaa111") is False
+    for table in ("runs", "ranks", "events", "finding_marks", "run_trash"):
         assert con.execute(f"SELECT count(*) FROM {table} WHERE run_id = 'aaa111'").fetchone()[0] == 0
     assert con.execute("SELECT count(*) FROM events").fetchone()[0] == 2
 

@@ -1,10 +1,11 @@
 """runtime_stall: GPU idle while the CPU sits in a slow runtime call that neither launches, syncs
-nor copies (launch_gap.sql's runtime_stall_calls and cause 'runtime_stall'), on a hand-written
+nor copies (lib/gaps.sql's runtime_stall_calls and cause 'runtime_stall'), on a hand-written
 trace whose every gap has a known cause, then on the real traces."""
 from __future__ import annotations
 
 import pytest
 
+from analyzers.contract import computed_finding_contract
 from analyzers.findings import run_analyses
 from analyzers.store import connect
 from analysis_support import hand_written_store
@@ -171,7 +172,7 @@ def test_allocator_fix_applies_to_steady_state_churn(syn):
     findings, _ = run_analyses(syn, "syn", {"MIN_FINDING_PCT": 0.0})
     stall = next(f for f in findings if f.kind == "runtime_stall")
     assert stall.metrics["allocator_share"] == 1.0
-    assert stall.fix_ids == ["allocator_tuning"] and stall.to_contract()["fixes_ruled_out"] == {}
+    assert stall.fix_ids == ["allocator_tuning"] and computed_finding_contract(stall)["fixes_ruled_out"] == {}
     assert "memory management" in stall.summary
 
 

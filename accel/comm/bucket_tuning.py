@@ -18,7 +18,10 @@ Metric keys read (all optional; the analyzers' names are accepted under these al
   message count per step: messages_per_step | collectives_per_step | count_per_step | count
   typical message: mean_msg_bytes | mean_message_bytes | mean_bytes | avg_bytes | message_bytes
   overlap: comm_overlap_pct | overlap_pct
-  static graph: static_graph | same_collectives_every_step
+  static graph (no analysis measures it: pass it when you know): static_graph | same_collectives_every_step
+The cut-offs between "merge", "split" and "keep" are thresholds (analyzers/thresholds.py):
+COMM_SMALL_MESSAGE_BYTES, COMM_SERIALIZED_OVERLAP_PCT, DDP_SPLIT_MAX_COLLECTIVES_PER_STEP and
+DDP_SPLIT_MIN_BYTES_PER_STEP; pass `thresholds` to override them by name.
 """
 from __future__ import annotations
 
@@ -28,12 +31,14 @@ from typing import Any, Mapping
 
 import torch
 
+from analyzers import thresholds as th
+
 MIB = 1024 * 1024
-DDP_DEFAULT_BUCKET_CAP_MB = 25
-SMALL_MESSAGE_BYTES = 4 * MIB        # below this an all-reduce is mostly latency, not bandwidth
+DDP_DEFAULT_BUCKET_CAP_MB = 25       # torch's DistributedDataParallel default
 MERGED_BUCKETS_PER_STEP = 4          # few enough to amortise latency, enough to keep overlap
 SPLIT_BUCKETS_PER_STEP = 8           # for one big late all-reduce: start communicating early
 MAX_BUCKET_CAP_MB = 256
+MIN_SPLIT_BUCKET_CAP_MB = 5          # split buckets stay large enough not to be latency-bound
 
 
 @dataclass
@@ -58,12 +63,15 @@ def _first_number(metrics: Mapping[str, Any], *keys: str) -> float | None:
     return None
 
 
-def derive_ddp_settings(metrics: Mapping[str, Any] | None = None) -> DDPSettings:
+def derive_ddp_settings(metrics: Mapping[str, Any] | None = None,
+                        thresholds: Mapping[str, float] | None = None) -> DDPSettings:
     """Pick bucket_cap_mb, gradient_as_bucket_view and static_graph from a finding's metrics.
 
     Unknown or missing metrics leave DDP's default bucket size; every choice says why.
+    thresholds: overrides of analyzers.thresholds by name (the analysis's own, typically).
     """
     metrics = metrics or {}
+    t = th.resolve(thresholds)
     settings = DDPSettings()
     count = _first_number(metrics, "messages_per_step", "collectives_per_step", "count_per_step", "count")
     total = _first_number(metrics, "total_bytes_per_step", "bytes_per_step", "total_bytes")
@@ -76,16 +84,17 @@ def derive_ddp_settings(metrics: Mapping[str, Any] | None = None) -> DDPSettings
 
     if total is None or total <= 0 or count is None or count < 1:
         settings.reasons.append(f"message sizes unknown: keeping DDP's default bucket_cap_mb={DDP_DEFAULT_BUCKET_CAP_MB}")
-    elif mean is not None and mean < SMALL_MESSAGE_BYTES and count >= MERGED_BUCKETS_PER_STEP:
+    elif mean is not None and mean < t["COMM_SMALL_MESSAGE_BYTES"] and count >= MERGED_BUCKETS_PER_STEP:
         total_mb = total / MIB
         cap = min(MAX_BUCKET_CAP_MB, max(math.ceil(total_mb / MERGED_BUCKETS_PER_STEP), 1))
         settings.bucket_cap_mb = cap
         settings.reasons.append(
             f"{count:.0f} all-reduces per step of {mean / MIB:.2f} MiB on average are latency-bound: "
             f"bucket_cap_mb={cap} merges {total_mb:.1f} MiB into about {math.ceil(total_mb / cap)} buckets")
-    elif count <= 2 and total / MIB > 2 * DDP_DEFAULT_BUCKET_CAP_MB and (overlap is None or overlap < 30):
+    elif (count <= t["DDP_SPLIT_MAX_COLLECTIVES_PER_STEP"] and total >= t["DDP_SPLIT_MIN_BYTES_PER_STEP"]
+          and (overlap is None or overlap < t["COMM_SERIALIZED_OVERLAP_PCT"])):
         total_mb = total / MIB
-        cap = max(5, math.ceil(total_mb / SPLIT_BUCKETS_PER_STEP))
+        cap = max(MIN_SPLIT_BUCKET_CAP_MB, math.ceil(total_mb / SPLIT_BUCKETS_PER_STEP))
         settings.bucket_cap_mb = cap
         settings.reasons.append(
             f"{count:.0f} all-reduce(s) of {total_mb:.0f} MiB per step barely overlap backward: "

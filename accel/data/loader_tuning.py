@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from accel.registry import num
+from analyzers import thresholds as th
 
 
 @dataclass(frozen=True)
@@ -46,14 +47,17 @@ def usable_cpus() -> int:
 
 def suggest_settings(metrics: Mapping[str, Any] | None = None, *, cpu_count: int | None = None,
                      cuda: bool | None = None, max_workers: int | None = None,
-                     current_workers: int | None = None) -> LoaderSettings:
+                     current_workers: int | None = None,
+                     thresholds: Mapping[str, float] | None = None) -> LoaderSettings:
     """Loader settings for the machine, sized from the finding's metrics when they say enough.
 
     Reads metrics keys (all optional): wait_ms_per_step (time the loop waits for a batch),
     step_time_ms, num_workers (workers in the profiled run: absent means 0, None means "some,
     the trace does not say how many"), wait_cv (coefficient of variation of the wait: spiky
-    loading wants a deeper prefetch queue). current_workers: the profiled run's num_workers when
+    loading wants a deeper prefetch queue from LOADER_SPIKY_WAIT_CV on; dataloader_stall does not
+    measure it, pass it when you know). current_workers: the profiled run's num_workers when
     the trace does not record it (a loader with workers); never fewer are suggested.
+    thresholds: overrides of analyzers.thresholds by name.
     """
     cpus = cpu_count if cpu_count is not None else usable_cpus()
     if cuda is None:
@@ -92,7 +96,7 @@ def suggest_settings(metrics: Mapping[str, Any] | None = None, *, cpu_count: int
         reason = f"no wait/step metrics: one worker per usable CPU ({cap})"
 
     cv = num(metrics, "wait_cv")
-    prefetch = 4 if cv is not None and cv > 0.5 else 2
+    prefetch = 4 if cv is not None and cv > th.resolve(thresholds)["LOADER_SPIKY_WAIT_CV"] else 2
     return LoaderSettings(num_workers=workers, pin_memory=bool(cuda),
                           persistent_workers=workers > 0,
                           prefetch_factor=prefetch if workers > 0 else None, reason=reason)

@@ -16,7 +16,7 @@ from accel.demos.dist_ddp_workload import run_before_after
 
 DEFAULT_STEPS = 5
 SLOW_LINK_MBIT = 800
-CONFIG = {"width": 1024, "layers": 2, "batch": 32, "warmup": 1, "profile_steps": 2,
+CONFIG = {"width": 1024, "layers": 2, "batch": 32, "warmup": 1, "profile_steps": 2, "interleave_variants": True,
           "variants": {"before": {}, "after": {"hook": "bf16"}}}
 
 

@@ -8,6 +8,9 @@ and calls `run_ranks(module, ["before", "after"], ...)`. Every rank, for each va
   3. profiles a few more steps with torch.profiler into OUT/<variant>/rank-<N>.json.gz,
   4. writes its timings and checks to OUT/timings/<variant>-rank-<N>.json (outside the trace
      directory, so the analyzers see only rank files there).
+With config["interleave_variants"], every variant is built first and their timed steps alternate
+(accel.profiling.time_steps_interleaved): on a machine shared with other jobs the load drifts over
+seconds, and alternating exposes before and after to the same load.
 Ranks are started with torch.multiprocessing (spawn) and joined with a deadline, so a hung
 collective ends the demo with an error instead of hanging it.
 """
@@ -75,7 +78,7 @@ def _rank_main(rank: int, world_size: int, port: int, module_name: str, variants
     # processes and importing torch costs seconds on a small machine; pay it once).
     import torch
     import torch.distributed as dist
-    from accel.profiling import median_ms, profile_steps, time_steps
+    from accel.profiling import median_ms, profile_steps, time_steps, time_steps_interleaved
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))   # ranks share the cores
     os.environ.update(MASTER_ADDR=config.get("master_addr", "127.0.0.1"), MASTER_PORT=str(port))
@@ -83,23 +86,33 @@ def _rank_main(rank: int, world_size: int, port: int, module_name: str, variants
         os.environ["GLOO_SOCKET_IFNAME"] = config["gloo_ifname"]
     dist.init_process_group("gloo", rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=RANK_TIMEOUT_S))
+
+    def profile_and_record(variant: str, workload: RankWorkload, times: list[float]) -> None:
+        dist.barrier()
+        trace = Path(out_dir) / variant / f"rank-{rank}.json.gz"
+        profile_steps(workload.step, config.get("profile_steps", 3), trace, "cpu", warmup=0)
+        dist.barrier()
+        checks = workload.checks() if workload.checks else {}
+        timing_file = Path(out_dir) / "timings" / f"{variant}-rank-{rank}.json"
+        timing_file.parent.mkdir(parents=True, exist_ok=True)
+        timing_file.write_text(json.dumps({"rank": rank, "step_ms": times, "median_ms": median_ms(times),
+                                           "checks": checks}))
+        if workload.teardown:
+            workload.teardown()
+
     try:
         build = importlib.import_module(module_name).build
-        for variant in variants:
-            workload: RankWorkload = build(rank, world_size, variant, config)
-            times = time_steps(workload.step, steps, "cpu", warmup=config.get("warmup", 2))
-            dist.barrier()
-            trace = Path(out_dir) / variant / f"rank-{rank}.json.gz"
-            profile_steps(workload.step, config.get("profile_steps", 3), trace, "cpu", warmup=0)
-            dist.barrier()
-            checks = workload.checks() if workload.checks else {}
-            timing_file = Path(out_dir) / "timings" / f"{variant}-rank-{rank}.json"
-            timing_file.parent.mkdir(parents=True, exist_ok=True)
-            timing_file.write_text(json.dumps({"rank": rank, "step_ms": times, "median_ms": median_ms(times),
-                                               "checks": checks}))
-            if workload.teardown:
-                workload.teardown()
-            del workload
+        warmup = config.get("warmup", 2)
+        if config.get("interleave_variants"):
+            workloads: list[RankWorkload] = [build(rank, world_size, variant, config) for variant in variants]
+            timed = time_steps_interleaved([w.step for w in workloads], steps, "cpu", warmup=warmup)
+            for variant, workload, times in zip(variants, workloads, timed):
+                profile_and_record(variant, workload, times)
+        else:
+            for variant in variants:
+                workload = build(rank, world_size, variant, config)
+                profile_and_record(variant, workload, time_steps(workload.step, steps, "cpu", warmup=warmup))
+                del workload
     finally:
         dist.destroy_process_group()
 

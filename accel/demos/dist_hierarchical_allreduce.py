@@ -18,7 +18,7 @@ from accel.demos.dist_ddp_workload import max_param_diff, ranks_agree
 DEFAULT_STEPS = 4
 NODES, LOCAL_SIZE = 2, 2
 LINK_MBIT = 400
-CONFIG = {"width": 1024, "layers": 1, "batch": 16, "warmup": 1, "profile_steps": 2,
+CONFIG = {"width": 1024, "layers": 1, "batch": 16, "warmup": 1, "profile_steps": 2, "interleave_variants": True,
           "variants": {"before": {},
                        "after": {"hook": "hierarchical", "hook_options": {"local_size": LOCAL_SIZE}}}}
 FIX, KIND = "hierarchical_allreduce", "comm_exposed"

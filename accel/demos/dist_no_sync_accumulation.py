@@ -13,7 +13,7 @@ from accel.demos import DemoResult
 from accel.demos.dist_ddp_workload import run_before_after
 
 DEFAULT_STEPS = 6
-CONFIG = {"width": 1024, "layers": 2, "batch": 64, "warmup": 1, "profile_steps": 3,
+CONFIG = {"width": 1024, "layers": 2, "batch": 64, "warmup": 1, "profile_steps": 3, "interleave_variants": True,
           "variants": {"before": {"micro_batches": 4, "no_sync": False},
                        "after": {"micro_batches": 4, "no_sync": True}}}
 

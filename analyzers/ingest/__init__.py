@@ -8,7 +8,8 @@ are parsed by DuckDB itself from byte ranges of the files (never as Python objec
 archive members are inflated straight into such ranges in a private temp directory
 ($TRACEDOCTOR_TMPDIR, else the system temp dir) under the caps in `Limits`. progress(stage, file, fraction) is called with stages
 "reading", "parsing", "writing". Identical files ingested again return the stored run with
-reused=True.
+reused=True. Temp directories a killed ingest or dashboard left behind are swept at the start of
+each call; SIGTERM and the dashboard's upload directories: see tempfiles.py.
 """
 from .core import ingest_paths
 from .sources import Limits

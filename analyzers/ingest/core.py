@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -22,14 +20,16 @@ import blake3
 import duckdb
 
 from ..model import FileError, IngestResult
+from ..store import read_only_reason
+from ..runs import restore_run
 from .layout import Layout, LayoutError, scan_layout
-from .parse import (delete_dropped, delete_rank, insert_events, join_parts, needs_exact, part_counts, predict_exact,
-                    predict_exact_ranges, rank_counts, remove_parts, write_parts)
-from .ranks import assign_ranks, rank_columns, world_size, world_size_mismatch
+from .parse import (delete_dropped, delete_rank, insert_events, is_blank, join_parts, needs_exact, part_counts,
+                    predict_exact, predict_exact_ranges, rank_counts, remove_parts, write_parts)
+from .ranks import assign_ranks, metadata_warnings, rank_columns, utf8_text, world_size, world_size_mismatch
 from .sources import Limits, RankFile, collect
+from .tempfiles import TempDirUnusable, disk_full, ingest_temp_dir, sweep_stale_temp_dirs, temp_dir_failure
 
 KNOWN_SCHEMA_VERSIONS = {"1"}
-TMPDIR_ENV_VAR = "TRACEDOCTOR_TMPDIR"
 Progress = Callable[[str, str, float], None]
 
 
@@ -62,19 +62,20 @@ def ingest_paths(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
         paths = [paths]
     paths = list(paths)
     limits = limits or Limits()
-    chosen = os.environ.get(TMPDIR_ENV_VAR) or None
+    refused = read_only_reason(con)
+    if refused:
+        return IngestResult(None, [FileError(str(p), f"not loaded: {refused}") for p in paths])
+    sweep_stale_temp_dirs()
     try:
-        if chosen:
-            os.makedirs(chosen, exist_ok=True)
-        tmpdir = tempfile.mkdtemp(prefix="tracedoctor-ingest-", dir=chosen)
-    except OSError as exc:
-        where = f"{chosen} (set by {TMPDIR_ENV_VAR})" if chosen else tempfile.gettempdir()
-        return IngestResult(None, [FileError(str(p), f"cannot use the temp directory {where}: "
-                                                     f"{exc.strerror or exc}") for p in paths])
-    try:
-        return _ingest(con, paths, name, progress, limits, tmpdir)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        with ingest_temp_dir() as tmpdir:
+            return _ingest(con, paths, name, progress, limits, tmpdir)
+    except TempDirUnusable as exc:
+        return IngestResult(None, [FileError(str(p), exc.message) for p in paths])
+
+
+class _DiskFull(Exception):
+    """DuckDB could not write the store (or its own spill files): no file of the call can load,
+    and retrying file by file would only fill the disk again."""
 
 
 def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
@@ -95,6 +96,7 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
         if schema is not None and str(schema) not in KNOWN_SCHEMA_VERSIONS:
             warnings.append(FileError(source.display, f"unknown schemaVersion {schema!r}: loaded because its "
                                                       "events parse, but fields may be misread"))
+        warnings += metadata_warnings(source.display, layout.meta)
         scanned.append((source, layout))
     ranks, rank_errors, rank_warnings = assign_ranks([(s.display, s.where, lay.meta)
                                                       for s, lay in scanned])
@@ -111,13 +113,14 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
                 item.exact = predict_exact(item.source.path, item.layout.events_start, item.layout.body_bytes)
         except OSError:
             pass    # the parse reports an unreadable file
-    run_name = name or default_name(_loaded_inputs(paths, items) or paths)
-    source_text = " ".join(str(p) for p in paths)
+    run_name = utf8_text(name or default_name(_loaded_inputs(paths, items) or paths))
+    source_text = utf8_text(" ".join(str(p) for p in paths))
     together = True
     conflicts = 0
     while items:
         run_id, full_hash = _run_id(items)
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
+            restore_run(con, run_id, detail="its files were ingested again")   # a trashed run comes back
             return _result(run_id, items, errors, warnings, reused=True)
         try:
             warnings += _write_run(con, items, run_id, full_hash, run_name, source_text, tmpdir, limits,
@@ -126,10 +129,14 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
             if failure.item is None:
                 together = False        # find the file DuckDB refused, one statement each
                 continue
+            if _events_blank(failure.item):    # DuckDB calls a list of only whitespace malformed
+                failure.message, failure.detail = f"no trace events to load: {EMPTY_LIST}", ""
             if not _retry_cheaper(failure):
                 errors.append(FileError(failure.item.source.display, failure.message))
                 items = [i for i in items if i is not failure.item]
             continue
+        except _DiskFull as full:
+            return IngestResult(None, errors + [FileError(i.source.display, str(full)) for i in items], warnings)
         except (duckdb.ConstraintException, duckdb.TransactionException) as exc:
             # the same files ingested at the same time by another connection, which wrote the run
             # first (ours was rolled back): once it commits, this call reuses its run; if it
@@ -191,6 +198,19 @@ def _result(run_id, items, errors, warnings, reused) -> IngestResult:
                         files=[i.source.display for i in items], ranks=[i.rank for i in items])
 
 
+EMPTY_LIST = "its traceEvents list is empty"
+
+
+def _events_blank(item: _RankInput) -> bool:
+    """True when the text between the brackets of the file's event list is only whitespace."""
+    try:
+        if item.source.parts:
+            return all(is_blank(part, 1, os.path.getsize(part) - 1) for part in item.source.parts)
+        return is_blank(item.source.path, item.layout.events_start + 1, item.layout.events_end)
+    except OSError:
+        return False
+
+
 def _retry_cheaper(failure: _ParseFailure) -> bool:
     """Mark the next way to read a file DuckDB refused; False when none is left."""
     item = failure.item
@@ -220,14 +240,18 @@ def _threads(con: duckdb.DuckDBPyConnection) -> int:
         return os.cpu_count() or 1
 
 
-def _plain_duckdb_error(exc: Exception) -> str:
+def _plain_duckdb_text(exc: Exception) -> str:
     """DuckDB's first line, without its error class, our temp file names or its own advice."""
     text = re.sub(r"^[A-Za-z ]*Error:\s*", "", str(exc)).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     first = re.sub(r"(in file )?\"?/[^\s\"']*\.part\.json\"?,?\s*", "", first)
     first = re.split(r"\.?\s*(?:Parse errors cannot|Try setting|Try increasing)", first)[0]
     first = re.sub(r"at byte \d+ in record/value \d+", "in the traceEvents list", first)  # offsets of our parts
-    return f"the JSON is malformed and could not be parsed ({first.strip()[:240]})"
+    return first.strip()[:240]
+
+
+def _plain_duckdb_error(exc: Exception) -> str:
+    return f"the JSON is malformed and could not be parsed ({_plain_duckdb_text(exc)})"
 
 
 def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: str, full_hash: str,
@@ -272,34 +296,63 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
             total, dropped = counts.get(item.rank, (0, 0, 0, 0))[:2]
             kept = total - dropped
             if kept == 0:
-                why = "its traceEvents list is empty" if total == 0 else \
+                why = EMPTY_LIST if total == 0 else \
                     f"none of its {total} events is usable (each needs 'ph' and a numeric 'ts')"
                 raise _ParseFailure(item, f"no trace events to load: {why}")
             if dropped:
                 warnings.append(FileError(item.source.display,
                                           f"dropped {dropped} of {total} events with missing or mistyped "
                                           "fields (each needs 'ph', a numeric 'ts', and 'dur' >= 0 when ph is 'X')"))
-            cols = rank_columns(item.layout.meta)
-            con.execute(
-                "INSERT INTO ranks (run_id, rank, file_name, file_hash, schema_version, device_name, base_time_ns, "
-                "distributed_info, device_properties, trace_meta, n_events) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [run_id, item.rank, item.source.member, item.source.content_hash, cols["schema_version"],
-                 cols["device_name"], cols["base_time_ns"], cols["distributed_info"], cols["device_properties"],
-                 cols["trace_meta"], kept])
+            _insert_rank_row(con, run_id, item, kept)
         con.execute(
             "INSERT INTO runs (run_id, name, created_at, source, content_hash, world_size) VALUES (?, ?, ?, ?, ?, ?)",
             [run_id, name, datetime.now(timezone.utc).replace(tzinfo=None), source, full_hash,
              world_size([i.layout.meta for i in items])])
         con.execute("COMMIT")
-    except BaseException:
+    except BaseException as exc:
         try:
             con.execute("ROLLBACK")
         except duckdb.Error:
-            pass
+            pass        # a failed COMMIT has ended the transaction already
+        if disk_full(exc):
+            raise _DiskFull(_disk_full_message(con, exc)) from None
         raise
     if progress:
         progress("writing", "", 1.0)
     return warnings
+
+
+def _disk_full_message(con: duckdb.DuckDBPyConnection, exc: BaseException) -> str:
+    """Which disk is full, in plain words: the store's, or that of DuckDB's spill files."""
+    quoted = re.search(r'"(/[^"]+)"', str(exc))
+    written = quoted.group(1) if quoted else None
+    try:
+        store = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()[0]
+    except (duckdb.Error, TypeError):
+        store = None
+    folder = os.path.dirname(written or store or "") or "?"
+    if store and written and os.path.dirname(os.path.abspath(written)) == os.path.dirname(os.path.abspath(store)):
+        where = f"the disk holding the store {store} is full"
+    else:
+        where = f"the disk holding {folder} (DuckDB's temp files) is full" if written else "the disk is full"
+    return (f"not loaded: {where} (DuckDB could not write {written or 'the store'}); nothing of this call "
+            f"was stored; free space in {folder} and load it again")
+
+
+def _insert_rank_row(con: duckdb.DuckDBPyConnection, run_id: str, item: _RankInput, n_events: int) -> None:
+    """The ranks row of one file; metadata the store refuses fails that file, not the call."""
+    try:
+        cols = rank_columns(item.layout.meta)
+        con.execute(
+            "INSERT INTO ranks (run_id, rank, file_name, file_hash, schema_version, device_name, base_time_ns, "
+            "distributed_info, device_properties, trace_meta, n_events) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [run_id, item.rank, utf8_text(item.source.member), item.source.content_hash, cols["schema_version"],
+             cols["device_name"], cols["base_time_ns"], cols["distributed_info"], cols["device_properties"],
+             cols["trace_meta"], n_events])
+    except RecursionError:
+        raise _ParseFailure(item, "its top-level metadata is nested too deeply to store") from None
+    except (duckdb.ConversionException, duckdb.InvalidInputException, UnicodeError) as exc:
+        raise _ParseFailure(item, f"its top-level metadata could not be stored ({_plain_duckdb_text(exc)})") from None
 
 
 def _parse(con: duckdb.DuckDBPyConnection, run_id: str, items: list[_RankInput], tmpdir: str, limits: Limits,
@@ -329,11 +382,16 @@ def _parse(con: duckdb.DuckDBPyConnection, run_id: str, items: list[_RankInput],
     except duckdb.InterruptException:
         raise KeyboardInterrupt from None    # Ctrl-C, not a file DuckDB refused: no retry
     except duckdb.Error as exc:
+        if disk_full(exc):
+            raise       # not the file's fault: _write_run reports the full disk
         raise _ParseFailure(blame, _plain_duckdb_error(exc), str(exc)) from None
+    except UnicodeDecodeError:
+        # DuckDB quoted the bad element cut inside a multibyte character, and its message could
+        # not be decoded: a malformed element all the same, retried the cheaper ways
+        raise _ParseFailure(blame, "the JSON is malformed and could not be parsed (an element of the "
+                                   "traceEvents list is not a valid event)", "undecodable error message") from None
     except OSError as exc:   # copying its ranges into the temp directory failed (a full disk)
-        raise _ParseFailure(blame, f"could not copy the file into the temp directory {tmpdir} "
-                                   f"({exc.strerror or exc}); free space there or point {TMPDIR_ENV_VAR} "
-                                   "at a larger disk") from None
+        raise _ParseFailure(blame, temp_dir_failure(tmpdir, exc)) from None
     finally:
         remove_parts(made)
 

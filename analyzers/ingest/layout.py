@@ -21,6 +21,8 @@ HEAD_WINDOW = 1 << 20          # first look at the head; grows while a metadata 
 TAIL_WINDOW = 1 << 18          # first look at the tail after the events; grows ×4 when needed
 MAX_META_BYTES = 64 << 20      # metadata outside traceEvents larger than this is not a Kineto trace
 _EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_NON_WS = re.compile(rb"[^ \t\r\n]")
+_NON_WS_TEXT = re.compile(r"[^ \t\r\n]")
 SINGLE_RANGE_BYTES = 2 * (1 << 16)   # an event list shorter than this is never cut into ranges
 
 
@@ -45,9 +47,8 @@ class Layout:
 
 
 def _skip_ws(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in _WS:
-        pos += 1
-    return pos
+    found = _NON_WS_TEXT.search(text, pos)     # in C: whitespace runs may be megabytes long
+    return found.start() if found else max(pos, len(text))
 
 
 def _decode_value(raw: bytes) -> Any:
@@ -105,11 +106,15 @@ def scan_head(buf, size: int, complete: bool = True) -> tuple[int, dict[str, Any
     if not complete and size < 3 and b"\xef\xbb\xbf".startswith(bytes(buf[:size])):
         raise HeadIncomplete("more text needed")   # maybe a byte-order mark, cut short
     bom = 3 if bytes(buf[:3]) == b"\xef\xbb\xbf" else 0    # a UTF-8 byte-order mark some editors add
-    first = _skip_ws(_read(buf, 0, min(size, 4096)), bom)
-    if first >= min(size, 4096):
-        if not complete and size < 4096:
+    found = _NON_WS.search(buf, bom, size)    # leading whitespace may be long: searched in C
+    if found is None:
+        if not complete:
             raise HeadIncomplete("more text needed")
         raise LayoutError("the file holds only whitespace, not JSON")
+    first = found.start()
+    if first > MAX_META_BYTES:   # the head is read from byte 0: whitespace this long would be held in memory
+        raise LayoutError(f"the file starts with over {MAX_META_BYTES >> 20} MiB of whitespace; this does not "
+                          "look like a trace")
     opener = chr(buf[first])
     if opener == "[":
         return first, {}, True
@@ -127,7 +132,8 @@ def _last_non_ws(mm: mmap.mmap, size: int) -> int:
 
 def _scan_object_head(buf, size: int, brace: int, complete: bool) -> tuple[int, dict[str, Any]]:
     meta: dict[str, Any] = {}
-    window = min(size, HEAD_WINDOW)
+    # the window counts from the opening brace: whitespace before it is not metadata
+    window = min(size, brace + HEAD_WINDOW)
     text = _read(buf, 0, window)
     pos = brace + 1
 
@@ -135,10 +141,10 @@ def _scan_object_head(buf, size: int, brace: int, complete: bool) -> tuple[int, 
         """The window ends too early: read a 4x larger one, else say why it cannot go on."""
         nonlocal window, text
         if window < size:
-            if window >= MAX_META_BYTES:
+            if window - brace >= MAX_META_BYTES:
                 raise LayoutError("a top-level value other than traceEvents is larger than "
                                   f"{MAX_META_BYTES >> 20} MiB; this does not look like a trace")
-            window = min(size, window * 4)
+            window = min(size, brace + (window - brace) * 4)
             text = _read(buf, 0, window)
             return
         if not complete:
@@ -263,8 +269,13 @@ def _find_events_end(mm: mmap.mmap, size: int, start: int) -> tuple[int, dict[st
             idx, tail = best
             meta = {_utf8_key(k): _decode_value(mm[lo + a:lo + b]) for k, (a, b) in tail.items()}
             return lo + idx, meta
-        if lo == start or window >= MAX_META_BYTES:
+        if lo == start:
             raise LayoutError("the JSON is truncated or malformed (the traceEvents list is not closed)")
+        if window >= MAX_META_BYTES:
+            limit = f"{MAX_META_BYTES / (1 << 20):g} MiB"
+            raise LayoutError(f"nothing in the last {limit} of the file closes the traceEvents list: the "
+                              f"metadata after it is larger than {limit} (the limit for a trace), or the JSON "
+                              "is malformed")
         window *= 4
 
 

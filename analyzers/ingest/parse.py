@@ -193,6 +193,21 @@ def join_parts(parts: list[str], tmpdir: str) -> str:
     return joined
 
 
+def is_blank(path: str, start: int, stop: int) -> bool:
+    """True when bytes [start, stop) of the file are only JSON whitespace (read in chunks: only
+    a failed parse asks, so the fast path never pays for it)."""
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        while start < stop:
+            chunk = fh.read(min(8 << 20, stop - start))
+            if not chunk:
+                break
+            if chunk.translate(None, b" \t\r\n"):
+                return False
+            start += len(chunk)
+    return True
+
+
 def remove_parts(parts: list[str]) -> None:
     for part in parts:
         try:

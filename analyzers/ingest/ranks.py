@@ -13,6 +13,8 @@ _TRAILING_NUMBER = re.compile(r"[-_](\d+)(?:\.pt\.trace)?\.json", re.IGNORECASE)
 # trace.3.json; at most 5 digits, so Kineto's own "host_pid.<ms timestamp>.pt.trace.json" is not one
 _DOT_NUMBER = re.compile(r"\.(\d{1,5})\.json$", re.IGNORECASE)
 MAX_RANK = 2**31 - 1   # ranks are INTEGER in the store
+MAX_WORLD_SIZE = 2**31 - 1   # runs.world_size is INTEGER
+BIGINT_MIN, BIGINT_MAX = -2**63, 2**63 - 1   # ranks.base_time_ns is BIGINT
 _OWN_COLUMNS = ("distributedInfo", "deviceProperties", "schemaVersion", "baseTimeNanoseconds")
 
 
@@ -91,10 +93,34 @@ def assign_ranks(files: list[tuple[str, str, dict]]
     return ranks, errors, warnings
 
 
-def declared_world_size(meta: dict[str, Any]) -> int | None:
+def _raw_world_size(meta: dict[str, Any]) -> int | None:
     dist = meta.get("distributedInfo")
-    size = int_or_none(dist.get("world_size")) if isinstance(dist, dict) else None
-    return size if size and size > 0 else None
+    return int_or_none(dist.get("world_size")) if isinstance(dist, dict) else None
+
+
+def declared_world_size(meta: dict[str, Any]) -> int | None:
+    size = _raw_world_size(meta)
+    return size if size and 0 < size <= MAX_WORLD_SIZE else None
+
+
+def base_time_ns(meta: dict[str, Any]) -> int | None:
+    """baseTimeNanoseconds when it is an integer the store can hold (BIGINT)."""
+    value = int_or_none(meta.get("baseTimeNanoseconds"))
+    return value if value is not None and BIGINT_MIN <= value <= BIGINT_MAX else None
+
+
+def metadata_warnings(display: str, meta: dict[str, Any]) -> list[FileError]:
+    """Numbers in the metadata the store cannot hold: each is ignored, with a warning naming it."""
+    warnings = []
+    size = _raw_world_size(meta)
+    if size is not None and size > MAX_WORLD_SIZE:
+        warnings.append(FileError(display, f"distributedInfo.world_size {_short(size)} is not a usable world size; "
+                                           "ignored (the run counts its rank files instead)"))
+    base = int_or_none(meta.get("baseTimeNanoseconds"))
+    if base is not None and not BIGINT_MIN <= base <= BIGINT_MAX:
+        warnings.append(FileError(display, f"baseTimeNanoseconds {_short(base)} is out of range for a 64-bit "
+                                           "timestamp; ignored"))
+    return warnings
 
 
 def world_size(metas: list[dict[str, Any]]) -> int:
@@ -123,17 +149,44 @@ def rank_columns(meta: dict[str, Any]) -> dict[str, Any]:
     props = meta.get("deviceProperties")
     device_name = None
     if isinstance(props, list) and props and isinstance(props[0], dict) and props[0].get("name") is not None:
-        device_name = str(props[0]["name"])
+        device_name = utf8_text(str(props[0]["name"]))
     schema = meta.get("schemaVersion")
     return {
-        "schema_version": None if schema is None else str(schema),
+        "schema_version": None if schema is None else utf8_text(str(schema)),
         "device_name": device_name,
-        "base_time_ns": int_or_none(meta.get("baseTimeNanoseconds")),
+        "base_time_ns": base_time_ns(meta),
         "distributed_info": _json_or_none(meta.get("distributedInfo")),
         "device_properties": _json_or_none(props),
-        "trace_meta": json.dumps({k: v for k, v in meta.items() if k not in _OWN_COLUMNS}),
+        "trace_meta": _json_text({k: v for k, v in meta.items() if k not in _OWN_COLUMNS}),
     }
 
 
+def _short(number: int | float) -> str:
+    """A number for a message: its digits, or for a long one its first digits and its length (an
+    int of 400 digits does not fit a float, and Python refuses to print one of over 4300)."""
+    try:
+        text = str(number)
+    except ValueError:       # int -> str conversion limit (sys.get_int_max_str_digits)
+        return "an integer of thousands of digits"
+    if len(text) <= 24:
+        return text
+    return f"{text[:3]}… ({len(text.lstrip('-'))} digits)" if isinstance(number, int) else f"{number:.3g}"
+
+
+def utf8_text(text: str) -> str:
+    """text as DuckDB accepts it (valid UTF-8): an undecodable byte of a file name (held as a
+    surrogate escape) or a lone surrogate ("\\ud800" in the JSON) becomes a replacement character."""
+    if text.isascii():
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:      # a surrogate that is not a byte escape
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _json_text(value: Any) -> str:
+    return utf8_text(json.dumps(value, ensure_ascii=False))
+
+
 def _json_or_none(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
+    return None if value is None else _json_text(value)

@@ -16,6 +16,7 @@ import stat
 import tarfile
 import threading
 import zipfile
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -26,8 +27,10 @@ from isal import igzip
 
 from ..model import FileError
 from .layout import SINGLE_RANGE_BYTES, Layout
-from .parse import part_counts
+from .parse import part_counts, remove_parts
+from .ranks import utf8_text
 from .stream_split import RangeSplitter, SplitTrace
+from .tempfiles import temp_dir_failure
 
 CHUNK = 8 << 20
 HASH_CHUNK = 32 << 20   # big enough for blake3 to spread one update over all cores
@@ -43,15 +46,16 @@ class Limits:
 
     - max_total_bytes: JSON bytes one ingest call may inflate in all (16 GiB: ~4x the largest
       real traces we have heard of, and still fits the temp disk of a workstation).
-    - max_ratio / ratio_floor: a compressed input may inflate beyond ratio_floor (64 MiB) only
-      while it stays under max_ratio x its compressed size. Kineto JSON compresses 10-30x
+    - max_ratio / ratio_floor: a compressed input (a .gz file, and a whole archive as well as
+      each of its members) may inflate beyond ratio_floor (64 MiB) only while it stays under
+      max_ratio x its compressed size. Kineto JSON compresses 10-30x
       (the shared traces: 13x-26x); gzip's own ceiling is ~1030x, so 200x leaves real traces
       a wide margin and stops a bomb after ratio_floor or 200x its size, whichever is larger.
     - part_bytes: the largest parse range; files are cut into ranges of about equal size, a
       multiple of the thread count in all (parse.part_counts). DuckDB's JSON reader holds about
       a range per thread in memory: at 1 GB, 16 MiB ranges peaked at 383-399 MiB against
       438-473 MiB with 32-256 MiB ones, as fast; 4 MiB ranges cost 5% more CPU and 721 MiB.
-    - max_files_per_dir: .json/.json.gz files a directory given as input may hold (8192 ranks:
+    - max_files_per_dir: .json/.json.gz files a directory or an archive may hold (8192 ranks:
       the largest jobs whose traces anyone loads whole); more means the wrong folder (a home
       directory's package caches took minutes to read and refuse file by file).
     """
@@ -100,6 +104,47 @@ class InputError(Exception):
         super().__init__(message)
         self.display = display
         self.message = message
+
+
+class _ArchiveCap:
+    """The inflated bytes one archive may give in all: the ratio rule over the whole archive, so
+    that many members each under the per-member cap cannot add up to a bomb."""
+
+    def __init__(self, display: str, compressed_size: int, limits: Limits):
+        self.display = display
+        self.cap = _ratio_cap(compressed_size, limits)
+        self.max_ratio = limits.max_ratio
+        self.used = 0
+
+    def refusal(self) -> "ArchiveRefused":
+        return ArchiveRefused(self.display, f"refused: the archive inflates to more than {human_bytes(self.cap)}, "
+                                        f"over {self.max_ratio:.0f}x its compressed size (a decompression bomb?)")
+
+    def take(self, n: int) -> None:
+        self.used += n
+        if self.used > self.cap:
+            raise self.refusal()
+
+
+def _ratio_cap(compressed_size: int, limits: Limits) -> int:
+    return max(limits.ratio_floor, int(limits.max_ratio * max(compressed_size, 1)))
+
+
+def _too_many_members(display: str, count: str, limits: Limits) -> "ArchiveRefused":
+    return ArchiveRefused(display, f"refused: the archive holds {count} .json files (the limit is "
+                                   f"{limits.max_files_per_dir}); give the traces of one job")
+
+
+def _discard_from(files: list[RankFile], start: int) -> None:
+    """Forget the archive members found from index start on (their archive was refused part-way)
+    and free the temp space of their inflated text (an archive member is never the user's file)."""
+    for member in files[start:]:
+        remove_parts([*member.parts, *([member.path] if member.path else [])])
+    del files[start:]
+
+
+class ArchiveRefused(InputError):
+    """A limit of the whole archive was passed: none of its members is loaded."""
 
 
 class _Budget:
@@ -156,14 +201,16 @@ def _hash_file(path: Path) -> str:
 
 
 def _inflate_to_temp(stream: IO[bytes], display: str, compressed_size: int, reading: _Reading,
-                     gzip_inside: bool, size_hint: int | None = None) -> tuple[SplitTrace | str, str, int]:
+                     gzip_inside: bool, size_hint: int | None = None,
+                     archive: _ArchiveCap | None = None) -> tuple[SplitTrace | str, str, int]:
     """Inflate a (decompressing) stream into parse ranges (or one plain file), hashing, under the caps.
 
     size_hint: the inflated size when the container says it (zip, tar, gzip's trailer): the
     ranges are then sized so that their number is a multiple of the parser's threads.
+    archive: the cap of the archive the stream is a member of (its refusal names the archive).
     """
     limits = reading.budget.limits
-    per_file_cap = max(limits.ratio_floor, int(limits.max_ratio * max(compressed_size, 1)))
+    per_file_cap = _ratio_cap(compressed_size, limits)
     digest = blake3.blake3(max_threads=blake3.blake3.AUTO)
     splitter = RangeSplitter(reading.tmpdir, _range_bytes(size_hint, reading.threads, limits.part_bytes))
     written = 0
@@ -173,10 +220,10 @@ def _inflate_to_temp(stream: IO[bytes], display: str, compressed_size: int, read
             try:
                 chunk = source.read(CHUNK)
             except EOFError:
-                raise InputError(display, "the gzip data is truncated (the file ends before the "
+                raise InputError(display, f"{_BAD_GZIP} is truncated (the file ends before the "
                                           "compressed stream does)") from None
             except Exception as exc:  # noqa: BLE001 - zlib, isal, zipfile and tarfile each raise their own
-                raise InputError(display, f"the compressed data is corrupt ({_plain(exc)})") from None
+                raise InputError(display, f"{_BAD_COMPRESSED} is corrupt ({_plain(exc)})") from None
             if not chunk:
                 break
             written += len(chunk)
@@ -184,17 +231,25 @@ def _inflate_to_temp(stream: IO[bytes], display: str, compressed_size: int, read
                 raise InputError(display, f"refused: it inflates to more than {human_bytes(per_file_cap)}, "
                                           f"over {limits.max_ratio:.0f}x its compressed size "
                                           "(a decompression bomb?)")
+            if archive is not None:
+                archive.take(len(chunk))
             if not reading.budget.take(len(chunk)):
                 raise InputError(display, "refused: the inputs inflate to more than "
                                           f"{human_bytes(limits.max_total_bytes)} in all")
             digest.update(chunk)
             splitter.feed(chunk)
         result = splitter.finish()
+    except OSError as exc:      # writing the ranges: the temp directory's disk, not the input
+        splitter.abort()
+        raise InputError(display, temp_dir_failure(reading.tmpdir, exc)) from None
     except BaseException:
         splitter.abort()
         raise
     return result, digest.hexdigest(), written
 
+
+_BAD_GZIP = "the gzip data"
+_BAD_COMPRESSED = "the compressed data"
 
 MIN_RANGE_BYTES = 4 << 20   # DuckDB costs ~1 ms per range file: 1,024 ranges of 72 KB took 1.3 s
 
@@ -252,10 +307,46 @@ def _plain_file(path: Path, display: str, budget: _Budget, where: str) -> RankFi
 
 def _gzip_file(path: Path, display: str, reading: _Reading, where: str) -> RankFile:
     compressed = path.stat().st_size
-    with open(path, "rb") as raw:
-        out, digest, size = _inflate_to_temp(raw, display, compressed, reading, gzip_inside=True,
-                                             size_hint=_gzip_size_hint(path, compressed))
+    try:
+        with open(path, "rb") as raw:
+            out, digest, size = _inflate_to_temp(raw, display, compressed, reading, gzip_inside=True,
+                                                 size_hint=_gzip_size_hint(path, compressed))
+    except InputError as exc:
+        trailing = _trailing_data(path) if exc.message.startswith((_BAD_GZIP, _BAD_COMPRESSED)) else None
+        if trailing is None:
+            raise
+        what = "1 byte that is not gzip data follows" if trailing == 1 else \
+            f"{trailing} bytes that are not gzip data follow"
+        raise InputError(display, f"{what} the end of the gzip stream (something appended to the file?); "
+                                  "recompress the trace") from None
     return _inflated(display, _strip_gz(path.name), out, digest, size, where=_strip_gz(where))
+
+
+def _trailing_data(path: Path) -> int | None:
+    """How many bytes follow the file's last complete gzip member, when they are neither another
+    member nor zero padding (which gzip readers skip); None when the gzip data itself is cut
+    short or corrupt. Inflates the file again, in bounded pieces: only a failed read asks."""
+    inflater = zlib.decompressobj(wbits=31)
+    with open(path, "rb") as fh:
+        chunk = fh.read(CHUNK)
+        while chunk:
+            try:
+                inflater.decompress(chunk, CHUNK)
+            except zlib.error:
+                return None
+            chunk = inflater.unconsumed_tail
+            if not inflater.eof:
+                chunk = chunk or fh.read(CHUNK)
+                continue
+            rest = inflater.unused_data          # after a member: another member, padding or junk
+            if len(rest) < len(GZIP_MAGIC):
+                rest += fh.read(CHUNK)
+            if rest.startswith(GZIP_MAGIC):
+                inflater, chunk = zlib.decompressobj(wbits=31), rest
+                continue
+            tail = rest + fh.read()
+            return len(tail) if tail.strip(b"\0") else None
+    return None
 
 
 def _strip_gz(name: str) -> str:
@@ -277,35 +368,64 @@ def _zip_members(path: Path, display: str, reading: _Reading,
         zf = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(display, f"not a readable zip archive ({_plain(exc)})") from None
+    except UnicodeDecodeError:
+        raise InputError(display, "not a readable zip archive (a member's name is flagged as UTF-8 "
+                                  "but is not valid UTF-8)") from None
     with zf:
-        for info in zf.infolist():
-            name = info.filename
-            shown = f"{display}:{name}"
-            if info.is_dir():
-                continue
-            problem = _member_problem(name)
-            mode = info.external_attr >> 16
-            if problem is None and stat.S_ISLNK(mode):
-                problem = "refused: the archive member is a symbolic link"
-            if problem is None and _is_archive_name(name):
-                problem = "refused: nested archives are not read; extract the inner archive and load it directly"
-            if problem is None and not _is_trace_name(name):
-                continue  # README, images, ... beside the traces
-            if problem:
-                errors.append(FileError(shown, problem))
-                continue
-            try:
-                gzip_inside = name.lower().endswith(".gz")
-                with zf.open(info) as member:
-                    out, digest, size = _inflate_to_temp(member, shown, info.compress_size, reading, gzip_inside,
-                                                         size_hint=None if gzip_inside else info.file_size)
-            except InputError as exc:
-                errors.append(FileError(exc.display, exc.message))
-                continue
-            except (zipfile.BadZipFile, OSError, NotImplementedError, RuntimeError) as exc:
-                errors.append(FileError(shown, f"could not read this zip member ({_plain(exc)})"))
-                continue
-            files.append(_inflated(shown, PurePosixPath(_strip_gz(name)).name, out, digest, size, where=name))
+        limits = reading.budget.limits
+        traces = [info for info in zf.infolist() if not info.is_dir() and _is_trace_name(info.filename)]
+        if len(traces) > limits.max_files_per_dir:
+            raise _too_many_members(display, str(len(traces)), limits)
+        cap = _ArchiveCap(display, path.stat().st_size, limits)
+        if sum(info.file_size for info in traces) > cap.cap:   # the sizes it declares: refused unread
+            raise cap.refusal()
+        found_before = len(files)
+        try:
+            _read_zip_members(zf, display, reading, cap, files, errors)
+        except ArchiveRefused:
+            _discard_from(files, found_before)
+            raise
+
+
+def _read_zip_members(zf: zipfile.ZipFile, display: str, reading: _Reading, cap: _ArchiveCap,
+                      files: list[RankFile], errors: list[FileError]) -> None:
+    for info in zf.infolist():
+        name = utf8_text(info.filename)
+        shown = f"{display}:{name}"
+        if info.is_dir():
+            continue
+        problem = _member_problem(name)
+        mode = info.external_attr >> 16
+        if problem is None and stat.S_ISLNK(mode):
+            problem = "refused: the archive member is a symbolic link"
+        if problem is None and _is_archive_name(name):
+            problem = "refused: nested archives are not read; extract the inner archive and load it directly"
+        if problem is None and not _is_trace_name(name):
+            continue  # README, images, ... beside the traces
+        if problem:
+            errors.append(FileError(shown, problem))
+            continue
+        try:
+            with zf.open(info) as member:
+                _inflate_member(member, shown, name, info.compress_size, info.file_size, reading, cap, files, errors)
+        except (zipfile.BadZipFile, OSError, NotImplementedError, RuntimeError) as exc:
+            errors.append(FileError(shown, f"could not read this zip member ({_plain(exc)})"))
+
+
+def _inflate_member(stream: IO[bytes], shown: str, name: str, compressed_size: int, declared_size: int,
+                    reading: _Reading, cap: _ArchiveCap, files: list[RankFile], errors: list[FileError]) -> None:
+    """Inflate one archive member into files; its own problem goes to errors, while a limit of
+    the whole archive (ArchiveRefused) is raised to refuse the archive."""
+    gzip_inside = name.lower().endswith(".gz")
+    try:
+        out, digest, size = _inflate_to_temp(stream, shown, compressed_size, reading, gzip_inside,
+                                             size_hint=None if gzip_inside else declared_size, archive=cap)
+    except ArchiveRefused:
+        raise
+    except InputError as exc:
+        errors.append(FileError(exc.display, exc.message))
+        return
+    files.append(_inflated(shown, PurePosixPath(_strip_gz(name)).name, out, digest, size, where=name))
 
 
 def _tar_members(path: Path, display: str, reading: _Reading,
@@ -315,13 +435,21 @@ def _tar_members(path: Path, display: str, reading: _Reading,
         tf = tarfile.open(path, mode="r|*")   # streaming: members are read in order, never seeked
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise InputError(display, f"not a readable tar archive ({_plain(exc)})") from None
+    limits = reading.budget.limits
+    cap = _ArchiveCap(display, compressed_total, limits)
+    found_before = len(files)
+    traces = 0
     try:
         with tf:
             for info in tf:
-                name = info.name
+                name = utf8_text(info.name)   # undecodable bytes arrive as surrogate escapes
                 shown = f"{display}:{name}"
                 if info.isdir():
                     continue
+                if _is_trace_name(name):
+                    traces += 1
+                    if traces > limits.max_files_per_dir:   # a stream: refused at the first one over
+                        raise _too_many_members(display, f"more than {limits.max_files_per_dir}", limits)
                 problem = _member_problem(name)
                 if problem is None and (info.issym() or info.islnk()):
                     problem = "refused: the archive member is a link"
@@ -337,16 +465,12 @@ def _tar_members(path: Path, display: str, reading: _Reading,
                 member = tf.extractfile(info)
                 if member is None:
                     continue
-                try:
-                    # The ratio is judged against the whole archive's compressed size: tar
-                    # members carry no compressed size of their own.
-                    gzip_inside = name.lower().endswith(".gz")
-                    out, digest, size = _inflate_to_temp(member, shown, compressed_total, reading, gzip_inside,
-                                                         size_hint=None if gzip_inside else info.size)
-                except InputError as exc:
-                    errors.append(FileError(exc.display, exc.message))
-                    continue
-                files.append(_inflated(shown, PurePosixPath(_strip_gz(name)).name, out, digest, size, where=name))
+                # The ratio is judged against the whole archive's compressed size: tar members
+                # carry no compressed size of their own.
+                _inflate_member(member, shown, name, compressed_total, info.size, reading, cap, files, errors)
+    except ArchiveRefused:
+        _discard_from(files, found_before)
+        raise
     except (tarfile.TarError, OSError, EOFError) as exc:
         errors.append(FileError(display, f"the tar archive is truncated or corrupt ({_plain(exc)})"))
 
@@ -387,7 +511,7 @@ def _distinct_names(todo: list[_Job]) -> list[_Job]:
     seen: dict[str, int] = {}
     for _, display, _, _ in todo:
         seen[display] = seen.get(display, 0) + 1
-    return [(path, given if seen[display] > 1 and Path(given).expanduser() == path else display, where, given)
+    return [(path, utf8_text(given) if seen[display] > 1 and Path(given).expanduser() == path else display, where, given)
             for path, display, where, given in todo]
 
 
@@ -412,10 +536,11 @@ def collect(paths: list, tmpdir: str, limits: Limits,
                                                     f"limit is {limits.max_files_per_dir}); give the folder of "
                                                     "one job's traces"))
                 continue
-            todo.extend((p, str(p.relative_to(path.parent)), p.relative_to(path).as_posix(), str(given))
-                        for p in found)
+            # names in messages and in the store must be valid UTF-8, whatever bytes the file system holds
+            todo.extend((p, utf8_text(str(p.relative_to(path.parent))), utf8_text(p.relative_to(path).as_posix()),
+                         str(given)) for p in found)
         elif path.is_file():
-            todo.append((path, path.name, path.name, str(given)))
+            todo.append((path, utf8_text(path.name), utf8_text(path.name), str(given)))
         elif path.exists():
             errors.append(FileError(str(given), "not a regular file or directory"))
         else:

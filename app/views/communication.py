@@ -35,23 +35,35 @@ with right:
     st.plotly_chart(fig, width="stretch", key="exposed")
 
 st.subheader("Collectives by type")
-st.dataframe(state.collective_summary(state.db_path(), run_id), hide_index=True, width="stretch", column_config={
-    "total_ms": st.column_config.NumberColumn("total ms", format="%.3f"),
+ui.table(state.collective_summary(state.db_path(), run_id), column_config={
+    "instances": st.column_config.NumberColumn("instances", format="%d"),
+    "total_ms": st.column_config.NumberColumn("transfer ms", format="%.3f",
+                                              help="each instance's true duration: its shortest instance across ranks"),
+    "wait_ms": st.column_config.NumberColumn("waiting ms", format="%.3f",
+                                             help="time inside the collectives spent waiting for other ranks"),
     "total_bytes": st.column_config.NumberColumn("total bytes", format="%d"),
-    "mean_algbw_gbps": st.column_config.NumberColumn("mean algbw GB/s", format="%.2f"),
-    "mean_busbw_gbps": st.column_config.NumberColumn("mean busbw GB/s", format="%.2f"),
+    "mean_bytes": st.column_config.NumberColumn("mean bytes", format="%.0f"),
+    "algbw_gbps": st.column_config.NumberColumn("algbw GB/s", format="%.2f"),
+    "busbw_gbps": st.column_config.NumberColumn("busbw GB/s", format="%.2f"),
 })
+st.caption("Bandwidths from true durations (each collective's shortest instance across ranks), so waiting for "
+           "another rank does not pass for a slow link: the figures the communication finding reports.")
 st.subheader("Collective kernels (longest first)")
 if coll["bytes"].isna().all():
     st.caption("This trace carries no message sizes (older NCCL / PyTorch), so bytes and bandwidth are empty.")
-st.dataframe(coll, hide_index=True, width="stretch",
-             column_order=["rank", "collective", "duration_ms", "bytes", "algbw_gbps", "busbw_gbps", "group_size",
-                           "start_ms", "stream", "name"],
-             column_config={
+ui.table(coll,
+         column_order=["rank", "collective", "duration_ms", "true_ms", "wait_ms", "bytes", "algbw_gbps",
+                       "busbw_gbps", "measured_busbw_gbps", "group_size", "start_ms", "stream", "name"],
+         column_config={
     "start_ms": st.column_config.NumberColumn("start (ms into trace)", format="%.3f"),
     "duration_ms": st.column_config.NumberColumn("duration ms", format="%.3f"),
+    "true_ms": st.column_config.NumberColumn("transfer ms", format="%.3f",
+                                             help="the shortest instance of this collective across ranks"),
+    "wait_ms": st.column_config.NumberColumn("waiting ms", format="%.3f"),
     "algbw_gbps": st.column_config.NumberColumn("algbw GB/s", format="%.2f"),
-    "busbw_gbps": st.column_config.NumberColumn("busbw GB/s", format="%.2f"),
+    "busbw_gbps": st.column_config.NumberColumn("busbw GB/s", format="%.2f", help="from the transfer time"),
+    "measured_busbw_gbps": st.column_config.NumberColumn("busbw incl. waiting", format="%.2f",
+                                                         help="from the kernel's own duration, waiting included"),
 })
 st.caption("algbw = bytes / time; busbw = algbw × 2(n−1)/n for all-reduce, (n−1)/n for all-gather, "
            "reduce-scatter and all-to-all, 1 otherwise (as nccl-tests reports it).")

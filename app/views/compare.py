@@ -11,7 +11,7 @@ state.page_start()
 all_runs = state.list_runs()
 if len(all_runs) < 2:
     st.info("Load at least two runs (for example before and after a fix) to compare them.")
-    st.page_link("views/load.py", label="Load traces", icon=":material/upload_file:")
+    ui.load_link()
     st.stop()
 
 ids = [r["run_id"] for r in all_runs]
@@ -81,8 +81,8 @@ COLUMNS = {"kind": ("Finding", None), "before_ms": ("Before, ms/step", "%.3f"), 
            "delta_ms": ("Change, ms/step", "%+.3f"), "before_pct": ("Before, worst % of step", "%.1f"),
            "after_pct": ("After, worst % of step", "%.1f"), "before_count": ("Before, findings", None),
            "after_count": ("After, findings", None)}
-st.dataframe(kinds.assign(kind=[ui.kind_title(k) for k in kinds["kind"]]), hide_index=True, width="stretch",
-             column_config={c: (st.column_config.NumberColumn(label, format=fmt) if fmt else label)
-                            for c, (label, fmt) in COLUMNS.items() if c in kinds.columns})
-st.caption("Cost per kind = GPU time lost per step summed over that kind's findings (all ranks); "
-           "% = the worst single finding's share of the step.")
+ui.table(kinds.assign(kind=[ui.kind_title(k) for k in kinds["kind"]]),
+         column_config={c: (st.column_config.NumberColumn(label, format=fmt) if fmt else label)
+                        for c, (label, fmt) in COLUMNS.items() if c in kinds.columns})
+st.caption("Cost per kind = the time that kind's root cause loses per step (one finding per cause, its worst rank; "
+           "a consequence such as a straggler's wait explained by its own stall is not added); % = its share of the step.")

@@ -4,18 +4,10 @@ from __future__ import annotations
 import streamlit as st
 
 from analyzers import runs as run_store
-from app import charts, fixinfo, state, ui
+from analyzers.findings import analysis_specs
+from app import auth, charts, fixinfo, state, ui
 
-# Which step-breakdown column shows a kind's cost step by step (evidence chart).
-EVIDENCE_COLUMN = {
-    "launch_gap": ("idle_ms", "GPU idle per step"),
-    "host_sync": ("idle_ms", "GPU idle per step"),
-    "runtime_stall": ("idle_ms", "GPU idle per step"),
-    "fp32_matmul": ("compute_ms", "GPU compute per step"),
-    "dataloader_stall": ("idle_ms", "GPU idle per step"),
-    "h2d_stall": ("memory_ms", "Memory copies not hidden by compute, per step"),
-    "comm_exposed": ("comm_exposed_ms", "Exposed communication per step"),
-}
+SPECS = analysis_specs()   # each kind's evidence series: which step-breakdown column, its label
 MARK_CHOICES = [None, "to_fix", "fixed", "wont_fix"]
 
 st.title("Findings")
@@ -24,6 +16,7 @@ if run_id is None:
     st.stop()
 
 found = state.findings(run_id)
+ui.show_notes(run_id)
 if not found:
     st.success("No findings for this run: nothing costs enough GPU time per step to report.")
     st.stop()
@@ -41,19 +34,26 @@ per_rank = state.rank_breakdown(state.db_path(), run_id)
 
 
 def evidence(finding: dict) -> None:
-    if finding["kind"] == "rank_imbalance" and len(per_rank) > 1 and not cpu_only:
+    spec = SPECS.get(finding["kind"])
+    if spec is None:    # a kind this version no longer has (a finding stored by an older one)
+        column, title, per_rank_chart, differs = "idle_ms", "GPU idle per step", False, ""
+    else:
+        column, title = spec.evidence.column, spec.evidence.label
+        per_rank_chart, differs = spec.evidence.per_rank, ui.evidence_difference(spec.evidence.differs, finding["metrics"])
+    if per_rank_chart and len(per_rank) > 1 and not cpu_only:
         # Step times are equal across ranks (collectives wait for the slowest); the work is not.
-        st.plotly_chart(charts.per_rank_bars(per_rank["compute_ms"], per_rank["rank"],
-                                             "GPU compute per step, per rank", highlight_rank=finding["rank"]),
+        st.plotly_chart(charts.per_rank_bars(per_rank[column], per_rank["rank"], title, highlight_rank=finding["rank"]),
                         width="stretch", key=f"ev-{finding['id']}")
-    column, title = EVIDENCE_COLUMN.get(finding["kind"], ("idle_ms", "GPU idle per step"))
     if cpu_only:   # no GPU in the trace: its idle and compute columns say nothing; the steps do
-        column, title = "step_ms", "Step time"
+        column, title, differs = "step_ms", "Step time", ""
     rank = finding["rank"] if finding["rank"] is not None else (steps["rank"].min() if len(steps) else None)
     rank_steps = steps[steps["rank"] == rank] if rank is not None else steps.iloc[0:0]
-    if finding["kind"] != "rank_imbalance" and len(rank_steps):
+    if not per_rank_chart and len(rank_steps):
         st.plotly_chart(charts.per_step_bars(rank_steps, column, f"{title} (rank {rank})", finding["step"]),
                         width="stretch", key=f"ev-{finding['id']}")
+        clock = ("Host ProfilerSteps (no GPU in this trace)." if cpu_only
+                 else "Steps on the GPU clock (the window in which the GPU ran each step).")
+        st.caption(f"{clock} {ui.md(differs)}")
     for key, series in charts.metric_series(finding["metrics"])[:2]:
         st.plotly_chart(charts.metric_bars(key, series), width="stretch", key=f"ev-{finding['id']}-{key}")
     if finding["metrics"]:
@@ -66,13 +66,18 @@ def fixes(finding: dict) -> None:
         st.caption("No fix in the library addresses this finding yet.")
         return
     ruled_out = finding.get("fixes_ruled_out") or {}
-    tabs = st.tabs([fixinfo.fix_details(f)["title"] + (" (unlikely here)" if f in ruled_out else "")
+    unknown = finding.get("fixes_unknown") or {}
+    tabs = st.tabs([fixinfo.fix_details(f)["title"] + (" (unlikely here)" if f in ruled_out else
+                                                       " (not measured here)" if f in unknown else "")
                     for f in finding["fixes"]])
     for tab, fix_id in zip(tabs, finding["fixes"]):
         with tab:
             fix = fixinfo.fix_details(fix_id)
             if fix_id in ruled_out:
                 st.warning("Probably not the fix here: " + ui.md(ruled_out[fix_id]), icon=":material/info:")
+            elif fix_id in unknown:
+                st.info("Whether it fits cannot be told from this trace: " + ui.md(unknown[fix_id]),
+                        icon=":material/help:")
             if fix["description"]:
                 st.markdown(fix["description"])
             if fix["needs"]:
@@ -94,12 +99,13 @@ def mark_form(finding: dict) -> None:
                                 if finding["mark_status"] in MARK_CHOICES else 0, format_func=ui.MARK_LABELS.get)
         note = right.text_input("Note", value=finding["mark_note"], max_chars=500)
         if button.form_submit_button("Save mark"):
-            state.write(run_store.set_mark, run_id, finding["id"], status, note)
+            state.write(run_store.set_mark, run_id, finding["id"], status, note, actor=auth.actor())
             st.toast(f"Marked {ui.md(finding['id'])}: {ui.MARK_LABELS[status]}")
             st.rerun()
 
 
 OPEN_CARDS = 3  # the costliest findings open; the rest folded, so the page stays scannable
+by_id = {f["id"]: f for f in state.findings(run_id)}   # every finding, for naming a consequence's cause
 
 for position, finding in enumerate(found, start=1):
     folded_label = (f"{position}. {ui.kind_title(finding['kind'])} — {finding['cost_ms_per_step']:,.2f} ms/step "
@@ -108,6 +114,10 @@ for position, finding in enumerate(found, start=1):
     with card:
         head, cost = st.columns([4, 1])
         head.subheader(f"{position}. {ui.kind_title(finding['kind'])} {ui.severity(finding['severity'])}")
+        if finding.get("caused_by"):
+            head.warning(f"A consequence of **{ui.kind_title(by_id.get(finding['caused_by'], {}).get('kind', ''))}** "
+                         f"(finding {ui.md(finding['caused_by'])}): fix that one; this cost is the same time seen "
+                         "from the waiting ranks and is not counted again.", icon=":material/link:")
         head.markdown(ui.md(finding["summary"]))
         head.caption(ui.md(ui.where(finding, origin)) + f" · id {ui.md(finding['id'])}")
         cost.metric("Cost per step", f"{finding['cost_ms_per_step']:,.2f} ms", f"{finding['cost_pct']:.1f} % of step",

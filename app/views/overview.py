@@ -26,12 +26,19 @@ summary = state.rank_summary(state.db_path(), run_id)
 found = state.findings(run_id)
 origin = (state.time_bounds(state.db_path(), run_id) or (None, None))[0]
 
+ui.show_notes(run_id)
+
 cols = st.columns(5)
 cols[0].metric("Ranks", len(info["ranks"]), help=f"world size {info['world_size']}")
 cols[1].metric("Steps per rank", int(per_rank["steps"].max()) if len(per_rank) else 0)
-if len(summary) and summary["step_time_ms"].notna().any():
+if len(per_rank) and not state.is_cpu_only(run_id):
+    cols[2].metric("Mean step time (GPU clock)", f"{per_rank['step_ms'].mean():,.2f} ms",
+                   help="mean over ranks of the GPU-clock step (from a step's first GPU work to the next "
+                        "step's), the step the chart below breaks down; the host's ProfilerStep time, which "
+                        "findings' % of step use, is the table's 'host step' column")
+elif len(summary) and summary["step_time_ms"].notna().any():
     cols[2].metric("Mean step time", f"{summary['step_time_ms'].mean():,.2f} ms",
-                   help="mean ProfilerStep duration over ranks (analyzers.metrics.rank_summary)")
+                   help="mean ProfilerStep duration over ranks (a CPU-only trace: the host's steps)")
 else:
     cols[2].metric("Mean step time", "–")
 if len(summary) and summary["idle_pct"].notna().any():
@@ -54,8 +61,9 @@ with left:
     elif len(per_rank):
         st.plotly_chart(charts.breakdown_bars(per_rank, "Where a step's time goes, per rank (mean ms per step)"),
                         width="stretch")
-        st.caption("Each instant of a step counts once: compute, else exposed communication, "
-                   "else memory copies, else idle. The parts add up to the step time.")
+        st.caption("Steps on the GPU clock: from a step's first GPU work to the next step's. Each instant "
+                   "counts once: compute, else communication no compute hides, else memory copies, else idle; "
+                   "the parts add up to the step time above.")
     else:
         st.info("No step windows and no GPU activity to break down.")
 with right:
@@ -67,13 +75,23 @@ with right:
             st.markdown(f"{ui.severity(finding['severity'])} **{ui.kind_title(finding['kind'])}** — "
                         f"{finding['cost_ms_per_step']:,.2f} ms/step ({finding['cost_pct']:.1f} % of step)")
             st.caption(ui.md(ui.where(finding, origin)))
+    costs = state.run_costs(run_id)
+    if found and costs and costs.get("step_ms"):
+        step_word = "step" if cpu_only else "host step"
+        st.markdown(f"Fixing all of these saves at most **{costs['saves_at_most_ms']:,.2f} ms/step** "
+                    f"({100 * costs['saves_at_most_ms'] / costs['step_ms']:.1f} % of the {costs['step_ms']:,.2f} ms "
+                    f"{step_word}): each cause counted once, consequences not added.")
+    if costs and costs.get("unexplained_idle_ms") is not None:
+        st.markdown(f"GPU idle, cause not identified: **{costs['unexplained_idle_ms']:,.2f} ms/step** "
+                    "(gaps no finding above the thresholds explains).")
     if found:
         st.page_link("views/findings.py", label="All findings and their fixes", icon=":material/stethoscope:")
 
 st.subheader("Per rank (HTA definitions)")
 if len(summary):
-    st.dataframe(summary, hide_index=True, width="stretch", column_config={
-        "step_time_ms": st.column_config.NumberColumn("step time (ms)", format="%.3f"),
+    ui.table(summary, column_config={
+        "step_time_ms": st.column_config.NumberColumn("host step (ms)", format="%.3f",
+                                                      help="mean ProfilerStep duration on the host: what findings' % of step use"),
         "idle_pct": st.column_config.NumberColumn("idle %", format="%.2f"),
         "compute_pct": st.column_config.NumberColumn("compute %", format="%.2f"),
         "non_compute_pct": st.column_config.NumberColumn("non-compute %", format="%.2f"),
@@ -81,4 +99,8 @@ if len(summary):
         "comm_overlap_pct": st.column_config.NumberColumn("comm overlap %", format="%.2f"),
         "h2d_time_ms": st.column_config.NumberColumn("H2D (ms/step)", format="%.3f"),
     })
-st.dataframe(pd.DataFrame(info["ranks"]), hide_index=True, width="stretch")
+st.subheader("Rank files")
+ui.table(pd.DataFrame(info["ranks"]), column_config={
+    "n_events": st.column_config.NumberColumn("events", format="%d"),
+    "file_name": st.column_config.TextColumn("file"), "device_name": st.column_config.TextColumn("GPU"),
+    "schema_version": st.column_config.TextColumn("Kineto schema")})

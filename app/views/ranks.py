@@ -21,11 +21,25 @@ for finding in state.findings(run_id):
         st.warning(f"**{ui.kind_title(finding['kind'])}** — {ui.md(finding['summary'])} "
                    f"({finding['cost_ms_per_step']:,.2f} ms/step, {finding['cost_pct']:.1f} % of step)")
 
-st.plotly_chart(charts.heatmap(steps, "step_ms", "Step time (ms)", "Reds"), width="stretch", key="hm-step")
+st.plotly_chart(charts.heatmap(steps, "step_ms", "Step time on the GPU clock (ms)", "Reds"), width="stretch", key="hm-step")
 left, right = st.columns(2)
 left.plotly_chart(charts.heatmap(steps, "compute_ms", "Compute (ms)", "Greens"), width="stretch", key="hm-compute")
 right.plotly_chart(charts.heatmap(steps, "comm_exposed_ms", "Collective wait: exposed communication (ms)", "Oranges"),
                    width="stretch", key="hm-comm")
 st.plotly_chart(charts.breakdown_bars(per_rank, "Mean step per rank"), width="stretch", key="ranks-breakdown")
 st.subheader("Per rank and step")
-st.dataframe(steps.drop(columns=["t0_ns", "t1_ns"]), hide_index=True, width="stretch")
+MS = {"format": "%.3f"}
+ui.table(steps.drop(columns=["t0_ns", "t1_ns"]), column_config={
+    "step": st.column_config.NumberColumn("step", format="%d"),
+    "clock": st.column_config.TextColumn("window", help="gpu: the GPU-clock step; host: no GPU work launched, the "
+                                         "host's ProfilerStep; gpu_span: no steps, the rank's whole GPU span"),
+    "step_ms": st.column_config.NumberColumn("step (ms)", **MS),
+    "compute_ms": st.column_config.NumberColumn("compute (ms)", **MS),
+    "comm_exposed_ms": st.column_config.NumberColumn("comm not hidden (ms)", **MS),
+    "memory_ms": st.column_config.NumberColumn("memory copies (ms)", **MS),
+    "idle_ms": st.column_config.NumberColumn("idle (ms)", **MS),
+    "comm_ms": st.column_config.NumberColumn("all comm (ms)", **MS),
+    "gpu_busy_ms": st.column_config.NumberColumn("GPU busy (ms)", **MS),
+})
+st.caption("Steps on the GPU clock (from a step's first GPU work to the next step's): compute, comm not hidden, "
+           "memory copies and idle add up to the step.")

@@ -60,18 +60,17 @@ right.download_button("Download JSON (CLI contract)", data=json.dumps(report, in
 
 st.subheader("Findings in this report")
 if report.get("findings"):
-    st.dataframe(pd.DataFrame([{"#": i, "kind": ui.kind_title(f["kind"]), "severity": f["severity"],
-                                "rank": f["rank"], "step": f["step"], "ms/step": f["cost_ms_per_step"],
-                                "% of step": f["cost_pct"], "fixes": ", ".join(f["fixes"])}
-                               for i, f in enumerate(report["findings"], start=1)]),
-                 hide_index=True, width="stretch",
-                 column_config={"ms/step": st.column_config.NumberColumn(format="%.3f"),
-                                "% of step": st.column_config.NumberColumn(format="%.1f")})
+    ui.table(pd.DataFrame([{"#": i, "kind": ui.kind_title(f["kind"]), "severity": f["severity"],
+                            "rank": f["rank"], "step": f["step"], "ms/step": f["cost_ms_per_step"],
+                            "% of step": f["cost_pct"], "fixes": ", ".join(f["fixes"])}
+                           for i, f in enumerate(report["findings"], start=1)]),
+             column_config={"ms/step": st.column_config.NumberColumn(format="%.3f"),
+                            "% of step": st.column_config.NumberColumn(format="%.1f")})
 else:
     st.success("No findings.")
 st.subheader("Review marks")
 if rows:
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    ui.table(pd.DataFrame(rows))
 else:
     st.caption("No finding marked yet (mark them on the Findings page).")
 with st.expander("Markdown source"):

@@ -11,6 +11,7 @@ from typing import Any
 import streamlit as st
 
 from analyzers import queries
+from analyzers import runs as run_store
 from app import charts, state, ui
 
 MAX_DEFAULT_RANKS = 8  # drawing every rank of a 128-rank job helps nobody; the user can add more
@@ -106,6 +107,9 @@ store_lease = state.lease()
 def export_chrome_trace() -> bytes | str:
     cursor = store_lease.acquire(wait_s=state.BUSY_WAIT_S)
     try:
+        # a run deleted since the page was drawn: no empty trace; the download says it failed and
+        # the rerun the click starts tells why (state.page_start)
+        run_store.require_run(cursor, run_id)
         return queries.export_window_trace(cursor, run_id, int(t0), int(t1), sorted(ranks))
     finally:
         store_lease.release(cursor)

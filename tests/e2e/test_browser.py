@@ -1,14 +1,17 @@
 """The dashboard in a real browser: Debian's chromium driven by Python playwright.
 
-Starts `streamlit run app/Home.py` on 127.0.0.1 (free port, headless, its own TRACEDOCTOR_DB),
-uploads a synthesized multi-rank trace, waits for the findings, opens a fix and the timeline,
-downloads the report; then uploads a broken file beside a good one and sees both outcomes.
+Starts `streamlit run app/Home.py` (free port, headless, its own TRACEDOCTOR_DB; the address comes
+from app/.streamlit/config.toml, and the test checks it is 127.0.0.1 only, also when started from
+another directory whose own .streamlit/config.toml asks for every interface), uploads a synthesized
+multi-rank trace through the streaming uploader, waits for the findings, opens a fix and the
+timeline, downloads the report; then uploads a broken file beside a good one and sees both
+outcomes. A second server runs in team mode (token login): a wrong token is refused, a viewer
+sees no upload, path or delete, a maintainer deletes a run, finds it in the trash and restores it.
 Skips (with the reason) where /usr/bin/chromium or playwright is missing. Never runs
 `playwright install`.
 """
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import socket
@@ -49,39 +52,74 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """The app, started once for the module; yields its base URL."""
-    workdir = tmp_path_factory.mktemp("e2e")
+def _start_server(workdir: Path, env_extra: dict[str, str], cwd: Path | None = None):
+    """`streamlit run app/Home.py` on a free port with its own store, from the repository (or
+    cwd, with the script's absolute path); (process, base URL)."""
     port = _free_port()
-    env = {**os.environ, "TRACEDOCTOR_DB": str(workdir / "store.duckdb"), "TRACEDOCTOR_SAMPLES": "none"}
+    env = {**os.environ, "TRACEDOCTOR_DB": str(workdir / "store.duckdb"), "TRACEDOCTOR_SAMPLES": "none", **env_extra}
     log = open(workdir / "streamlit.log", "wb")
+    script = "app/Home.py" if cwd is None else str(REPO_ROOT / "app" / "Home.py")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app/Home.py", "--server.headless", "true",
-         "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"],
-        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [sys.executable, "-m", "streamlit", "run", script, "--server.headless", "true",
+         "--server.port", str(port), "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+        cwd=cwd or REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
     base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return proc, base
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc)
+            pytest.fail(f"streamlit did not start: {(workdir / 'streamlit.log').read_text()[-2000:]}")
+        time.sleep(0.3)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not start: {(workdir / 'streamlit.log').read_text()[-2000:]}")
-            time.sleep(0.3)
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def local_server(tmp_path_factory):
+    """The app in local mode, started once for the module: (process, base URL)."""
+    proc, base = _start_server(tmp_path_factory.mktemp("e2e"), {"TRACEDOCTOR_AUTH": ""})
+    try:
+        yield proc, base
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def server(local_server) -> str:
+    return local_server[1]
+
+
+TEAM_TOKENS = {}   # role -> token, filled by team_server
+
+
+@pytest.fixture(scope="module")
+def team_server(tmp_path_factory):
+    """The app in team mode with a viewer and a maintainer token; yields its base URL."""
+    from app.auth import add_token
+
+    workdir = tmp_path_factory.mktemp("e2e_team")
+    tokens_file = workdir / "tokens.json"
+    TEAM_TOKENS.update(viewer=add_token(tokens_file, "vera", "viewer"),
+                       maintainer=add_token(tokens_file, "max", "maintainer"))
+    proc, base = _start_server(workdir, {"TRACEDOCTOR_AUTH": "token", "TRACEDOCTOR_TOKENS_FILE": str(tokens_file),
+                                         "TRACEDOCTOR_DATA_ROOT": ""})
+    try:
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        _stop(proc)
 
 
 @pytest.fixture(scope="module")
@@ -124,15 +162,51 @@ def _wait_idle(page) -> None:
 
 
 def _upload(page, base: str, files: list[Path]) -> None:
+    """Drop files on the Load page's streaming uploader and start the analysis once all are on
+    the server (the button is enabled then)."""
     page.goto(f"{base}/load")
     _wait_idle(page)
-    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files([str(f) for f in files])
-    # Streamlit shortens long names in the list, so count the entries; then the button is enabled
-    playwright_api.expect(page.locator('[data-testid="stFileChip"]')).to_have_count(len(files),
-                                                                                           timeout=TIMEOUT_MS)
+    page.locator('.td-drop input[type="file"]').set_input_files([str(f) for f in files])
+    playwright_api.expect(page.locator(".td-files li")).to_have_count(len(files), timeout=TIMEOUT_MS)
+    page.get_by_text(re.compile(rf"{len(files)} files? on the server")).wait_for()
     button = page.get_by_role("button", name="Analyse uploaded files")
     playwright_api.expect(button).to_be_enabled(timeout=TIMEOUT_MS)
     button.click()
+
+
+def _listening(proc: subprocess.Popen) -> set[str]:
+    import psutil
+
+    return {c.laddr.ip for c in psutil.Process(proc.pid).net_connections(kind="inet") if c.status == "LISTEN"}
+
+
+def test_local_mode_started_from_another_directory_listens_on_this_machine_only(tmp_path):
+    """Streamlit reads ./.streamlit/config.toml of the working directory too; the dashboard's own
+    (app/.streamlit/config.toml, next to the script) is read last, whatever the directory."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / ".streamlit").mkdir(parents=True)
+    (elsewhere / ".streamlit" / "config.toml").write_text('[server]\naddress = "0.0.0.0"\n')
+    proc, _ = _start_server(tmp_path, {"TRACEDOCTOR_AUTH": ""}, cwd=elsewhere)
+    try:
+        assert _listening(proc) == {"127.0.0.1"}
+    finally:
+        _stop(proc)
+
+
+def test_local_mode_listens_on_this_machine_only(local_server):
+    import http.client
+
+    proc, base = local_server
+    assert _listening(proc) == {"127.0.0.1"}
+    # a web page that re-points its own name at 127.0.0.1 (DNS rebinding) gets no session
+    port = int(base.rsplit(":", 1)[1])
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request("GET", "/_stcore/stream", headers={
+        "Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}", "Connection": "Upgrade",
+        "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "x3JJHMbDL1EzLkh9GBhXDw==",
+        "Sec-WebSocket-Protocol": "streamlit"})
+    assert connection.getresponse().status == 403
+    connection.close()
 
 
 def test_upload_findings_fix_timeline_and_report(page, browser, server, straggler_trace, tmp_path):
@@ -188,3 +262,58 @@ def test_a_broken_file_is_named_while_the_good_one_loads(page, server, straggler
     error = page.locator('[data-testid="stAlertContentError"]').filter(has_text="broken_rank1.json")
     error.wait_for()
     assert "truncated" in error.inner_text() or "JSON" in error.inner_text()
+
+
+def _sign_in(page, base: str, token: str, accepted: bool = True) -> None:
+    """Sign in on the login page; an accepted token leaves a session cookie, so the pages opened
+    next by URL (new sessions) are signed in too."""
+    page.goto(base)
+    _wait_idle(page)
+    page.get_by_label("Access token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    _wait_idle(page)
+    if accepted:
+        page.get_by_text("Signed in as").wait_for()
+        page.wait_for_function("() => document.cookie.includes('tracedoctor_session=')", timeout=TIMEOUT_MS)
+
+
+def test_team_mode_refuses_a_wrong_token(page, team_server):
+    _sign_in(page, team_server, "wrong-token", accepted=False)
+    page.get_by_text("That token is not valid.").wait_for()
+    assert page.get_by_role("link", name="Overview").count() == 0
+
+
+def test_team_mode_viewer_cannot_upload_load_by_path_or_delete(page, team_server, straggler_trace):
+    _sign_in(page, team_server, TEAM_TOKENS["maintainer"])   # a run for the viewer to look at
+    _upload(page, team_server, straggler_trace)
+    page.get_by_text(re.compile(r"(Loaded|reusing) run")).wait_for()
+    page.context.clear_cookies()
+    page.goto("about:blank")
+
+    _sign_in(page, team_server, TEAM_TOKENS["viewer"])
+    page.get_by_text("Signed in as vera (viewer)").wait_for()
+    page.get_by_role("link", name="Manage runs").wait_for()
+    assert page.get_by_role("link", name="Load traces").count() == 0
+    page.get_by_role("link", name="Manage runs").click()
+    page.get_by_role("heading", name="Manage runs").wait_for()
+    _wait_idle(page)
+    assert page.get_by_role("button", name="Delete run").count() == 0
+    assert page.get_by_text("Trash").count() == 0
+    page.goto(f"{team_server}/load")   # typed by hand: not a page of a viewer's
+    _wait_idle(page)
+    assert page.locator(".td-drop").count() == 0
+    assert page.get_by_label("File or directory path").count() == 0
+
+
+def test_team_mode_maintainer_deletes_to_the_trash_and_restores(page, team_server, straggler_trace):
+    _sign_in(page, team_server, TEAM_TOKENS["maintainer"])
+    _upload(page, team_server, straggler_trace)
+    page.get_by_text(re.compile(r"(Loaded|reusing) run")).wait_for()
+    page.get_by_role("link", name="Manage runs").click()
+    page.get_by_role("heading", name="Manage runs").wait_for()
+    page.get_by_text("Yes, delete this run").click()
+    page.get_by_role("button", name="Delete run").click()
+    page.get_by_role("heading", name="Trash").wait_for()
+    page.get_by_role("button", name="Restore").click()
+    page.get_by_text("Empty. A deleted run stays here").wait_for()
+    page.get_by_role("heading", name="Audit log").wait_for()

@@ -1,4 +1,5 @@
--- Per-rank figures (issue #2), with Holistic Trace Analysis' definitions so that they can be
+-- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql
+-- Per-rank figures, with Holistic Trace Analysis' definitions so that they can be
 -- checked against HTA's own output (tests/test_hta_agreement.py).
 
 
@@ -6,8 +7,8 @@
 -- Only GPU activity with gpu_activity.counted (HTA's ProfilerStep filtering rule) is used.
 -- Columns:
 --   rank
---   n_steps          number of ProfilerStep#N windows (0 when the rank has none)
---   mean_step_ns     mean ProfilerStep duration; the GPU span when the rank has no steps
+--   n_steps          number of steps (ProfilerStep#N windows, else inferred iterations; 0: none)
+--   mean_step_ns     mean step duration (steps(run)); the GPU span when the rank has no steps
 --   steps_divisor    n_steps, or 1 when there are none (per-step figures divide totals by it)
 --   first_gpu_ns, last_gpu_ns, span_ns   first to last GPU activity (HTA's "kernel_time")
 --   busy_ns          union of all GPU activity (kernels, memcpy, memset, every stream)
@@ -47,11 +48,10 @@ WITH act AS (
     LEFT JOIN interval_union_total('comm_act') m ON m.grp = span.grp
     LEFT JOIN interval_union_total('compute_or_comm') cm ON cm.grp = span.grp
 ), h2d AS (
-    -- direction as copies(run) reads it (name, else args.kind), without its launch join
+    -- copies(run)'s direction, without its launch join
     SELECT rank AS grp, sum(dur_ns) AS h2d_ns
     FROM gpu_activity(run)
-    WHERE counted AND kind = 'memcpy'
-      AND coalesce(nullif(regexp_extract(name, '^Memcpy\s+(\w+)', 1), ''), json_extract_string(args, '$.kind')) = 'HtoD'
+    WHERE counted AND kind = 'memcpy' AND copy_direction(name, args) = 'HtoD'
     GROUP BY rank
 ), step_stats AS (
     SELECT rank AS grp, count(*) AS n_steps, avg(dur_ns) AS mean_step_ns FROM steps(run) GROUP BY rank

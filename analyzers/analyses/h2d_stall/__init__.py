@@ -2,7 +2,7 @@
 
 Cost: per step, (a) HtoD copy time no compute kernel overlaps (exposed copy time: the GPU does
 nothing else while the batch crosses the link) plus (b) GPU idle time while the CPU was blocked
-in a pageable or synchronous HtoD copy call (launch_gap.sql, cause 'h2d_copy'). The metrics say
+in a pageable or synchronous HtoD copy call (lib/gaps.sql, cause 'h2d_copy'). The metrics say
 how the copies are made: pageable vs pinned, blocking calls, bytes, and achieved bandwidth
 against the link (PCIE_PRACTICAL_GBPS, PCIe Gen4 x16).
 """
@@ -13,9 +13,20 @@ from typing import Any
 import duckdb
 
 from analyzers.analyses import cause_row, gap_causes, query, rounded, to_ms
-from analyzers.model import Finding
+from analyzers.model import AnalysisSpec, EvidenceSeries, Finding
 
-KIND = "h2d_stall"
+SPEC = AnalysisSpec(
+    kind="h2d_stall",
+    title="Host-to-device copies stall the GPU",
+    evidence=EvidenceSeries("memory_ms", "Memory copies no compute hides, per step (every direction)",
+                            "This finding counts {exposed_copy_ms_per_step:.2f} ms/step of exposed host-to-device copies plus {blocked_idle_ms_per_step:.2f} ms/step of GPU idle while the CPU was blocked in a copy call."),
+    metric_keys=frozenset({"achieved_gbps", "blocked_idle_ms_per_step", "copies_per_step",
+                           "copy_ms_per_step", "exposed_copy_ms_per_step", "h2d_overlap_pct",
+                           "largest_copy_mb", "link_gbps", "link_share", "mb_per_step",
+                           "pageable_gbps", "pageable_share", "pinned_gbps",
+                           "sync_copies_per_step"}),
+)
+KIND = SPEC.kind
 
 
 def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]:

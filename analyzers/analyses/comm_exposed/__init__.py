@@ -1,6 +1,9 @@
 """comm_exposed: collective time no compute hides, per rank, straggler waiting excluded.
 
-The analysis is analyzers/sql/comm.sql (comm_exposure, one statement); this module only
+GPU ranks: NCCL kernel time no compute kernel overlaps. gloo (CPU) ranks: time the training
+thread is blocked in communication (cpu_comm_blocked in comm_exposed.sql).
+
+The analysis is analyses/comm_exposed/comm_exposed.sql (comm_exposure, one statement); this module only
 turns its rows into Findings with the metrics accel.registry uses to pick fixes
 (mean_msg_bytes, busbw_gbps, world_size, local_world_size).
 """
@@ -11,10 +14,24 @@ from typing import Any
 import duckdb
 
 from analyzers.analyses.rank_imbalance import context, ms, rows, threshold
-from analyzers.model import Finding
+from analyzers.model import AnalysisSpec, EvidenceSeries, Finding
 from analyzers.sqlrun import ensure_loaded
 
-KIND = "comm_exposed"
+SPEC = AnalysisSpec(
+    kind="comm_exposed",
+    title="Communication not hidden behind compute",
+    evidence=EvidenceSeries("comm_exposed_ms", "Communication no compute hides, per step (waiting for other ranks included)",
+                            "Of this, {imbalance_wait_ms_per_step:.2f} ms/step is waiting for the straggler, charged to the rank imbalance finding; this finding counts the rest."),
+    metric_keys=frozenset({"algbw_gbps", "busbw_gbps", "by_collective", "bytes_per_step",
+                           "collective_wait_ms_per_step", "collectives_per_step",
+                           "comm_ms_per_step", "comm_source", "exposed_ms_per_step", "group_size",
+                           "imbalance_wait_ms_per_step", "link_class", "local_world_size",
+                           "mean_msg_bytes", "median_msg_bytes", "nodes", "overlap_pct",
+                           "serialized_after_compute", "sized_share", "small_msg_share",
+                           "waiting_known", "world_size"}),
+    measured_without_gpu=True,
+)
+KIND = SPEC.kind
 
 
 def _local_world_size(con: duckdb.DuckDBPyConnection, run_id: str) -> int | None:
@@ -24,13 +41,13 @@ def _local_world_size(con: duckdb.DuckDBPyConnection, run_id: str) -> int | None
     return int(row[0]) if row and row[0] else None
 
 
-def _link_class(busbw_gbps: float | None) -> str:
-    """What the achieved bus bandwidth says about the link (nccl-tests busbw, large messages):
-    PCIe Gen4 x16 ~25 GB/s practical and 100-200 Gb/s InfiniBand/RoCE 12-25 GB/s are "slow";
-    NVLink (A100 ~230, H100 ~350-450 GB/s all-reduce busbw) is "fast"."""
+def _link_class(busbw_gbps: float | None, ctx: Any) -> str:
+    """What the achieved bus bandwidth says about the link (thresholds LINK_SLOW_GBPS, LINK_FAST_GBPS)."""
     if busbw_gbps is None:
         return "unknown"
-    return "slow" if busbw_gbps < 30 else "fast" if busbw_gbps >= 100 else "medium"
+    if busbw_gbps < threshold(ctx, "LINK_SLOW_GBPS"):
+        return "slow"
+    return "fast" if busbw_gbps >= threshold(ctx, "LINK_FAST_GBPS") else "medium"
 
 
 def _fmt_bytes(n: float | None) -> str:
@@ -47,8 +64,8 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
     ctx = context(con, run_id, ctx)
     min_pct = threshold(ctx, "MIN_FINDING_PCT")
     small_bytes = int(threshold(ctx, "COMM_SMALL_MESSAGE_BYTES"))
-    exposure = rows(con, "SELECT * FROM comm_exposure(?, small_bytes := ?) ORDER BY rank",
-                    [run_id, small_bytes])
+    exposure = rows(con, "SELECT * FROM comm_exposure(?, ?, ?) ORDER BY rank",
+                    [run_id, small_bytes, int(threshold(ctx, "HOST_BLOCKED_MIN_NS"))])
     if not exposure:
         return []
     local_world = _local_world_size(con, run_id)
@@ -64,6 +81,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
         serialized = overlap is not None and overlap < threshold(ctx, "COMM_SERIALIZED_OVERLAP_PCT")
         types = (r["by_collective"] or [])[:5]
         metrics: dict[str, Any] = {
+            "comm_source": r["comm_source"],
             "exposed_ms_per_step": ms(r["exposed_ns_per_step"]),
             "imbalance_wait_ms_per_step": ms(r["imbalance_wait_ns_per_step"]),
             "comm_ms_per_step": ms(r["comm_ns_per_step"]),
@@ -79,7 +97,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
             "busbw_gbps": None if r["busbw_gbps"] is None else round(float(r["busbw_gbps"]), 3),
             "world_size": r["world_size"],
             "local_world_size": local_world,
-            "link_class": _link_class(r["busbw_gbps"]),
+            "link_class": _link_class(r["busbw_gbps"], ctx),
             "group_size": r["group_size"],
             "waiting_known": bool(r["matched"]),
             "collective_wait_ms_per_step": ms(r["wait_ns_per_step"]),
@@ -89,10 +107,13 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
                                "algbw_gbps": c["algbw_gbps"], "busbw_gbps": c["busbw_gbps"]}
                               for c in types],
         }
-        text = (f"Rank {rank}: {cost_ns / 1e6:.2f} ms per step of communication is exposed "
+        on_cpu = r["comm_source"] == "cpu"
+        exposed_what = ("the training thread is blocked in communication" if on_cpu
+                        else "of communication is exposed")
+        text = (f"Rank {rank}: {cost_ns / 1e6:.2f} ms per step {exposed_what} "
                 f"({cost_pct:.1f}% of the step), {r['collectives_per_step']:.0f} collectives per step")
         if overlap is not None:
-            text += f", {overlap:.0f}% of comm time overlapped with compute"
+            text += f", {overlap:.0f}% of comm time overlapped with " + ("the thread's own work" if on_cpu else "compute")
         text += "."
         if serialized:
             text += " Communication runs after the compute (serialised after backward) instead of during it."
@@ -103,7 +124,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
             if r["busbw_gbps"] is not None:
                 text += f"; bus bandwidth {r['busbw_gbps']:.1f} GB/s"
             text += "."
-        if (r["imbalance_wait_ns_per_step"] or 0) > 0.01 * mean_step:
+        if (r["imbalance_wait_ns_per_step"] or 0) > threshold(ctx, "MENTION_MIN_STEP_FRACTION") * mean_step:
             text += (f" Another {r['imbalance_wait_ns_per_step'] / 1e6:.2f} ms per step is waiting for the "
                      "straggler (see rank_imbalance), not counted here.")
         if not r["matched"] and (r["world_size"] or 1) > 1:

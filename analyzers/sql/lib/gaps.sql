@@ -1,9 +1,13 @@
--- GPU idle gaps and their causes (issue #3, analysis 1), plus HTA-style launch statistics.
+-- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/copies.sql
+-- GPU idle gaps and their causes: the idle time launch_gap, host_sync, runtime_stall,
+-- dataloader_stall and h2d_stall divide between them.
 --
 -- A gap is a hole in the union of a device's GPU activity (all streams merged, HTA's counted
 -- activity only) between its first and last activity; the gaps of a rank add up to
 -- rank_breakdown.idle_ns. Each gap gets exactly ONE cause, decided from the CPU side, so the
 -- findings built on them (dataloader_stall, h2d_stall, host_sync, launch_gap) never count time twice:
+--   'graph_capture' the gap overlaps a CUDA/HIP graph capture (graph_capture_windows): the host was
+--                 recording launches into a graph, so the GPU had nothing to run; no finding claims it
 --   'dataloader'  the training loop sat in enumerate(DataLoader)...__next__ for at least
 --                 CAUSE_MIN_COVER_FRACTION of the gap (the GPU starved for input)
 --   'h2d_copy'    the CPU was inside a blocking host-to-device copy call (a copy from pageable
@@ -22,9 +26,10 @@
 --                 idle: the CPU cannot launch fast enough (tiny kernels, Python overhead,
 --                 per-parameter optimizer loops)
 --   'gpu_wait'    the next work was already queued (its launch call had returned) when the GPU
---                 went idle (launch latency, or a
---                 cross-stream/event dependency); checked first: with work queued, nothing the CPU
---                 was doing at the time kept the GPU idle
+--                 went idle (launch latency, or a cross-stream/event dependency); checked right
+--                 after graph_capture: with work queued, nothing the CPU was doing at the time kept
+--                 the GPU idle. The gaps between the kernels one cudaGraphLaunch replays are such
+--                 gaps (that one call queued them all), never a launch gap
 
 
 -- sync_calls(run): host calls that block the CPU until the GPU has drained work.
@@ -94,7 +99,8 @@ FROM spans s ASOF LEFT JOIN steps(run) st ON s.rank = st.rank AND s.start_ns >= 
 --   runtime_ns, runtime_at_start   same for runtime_stall_calls (slow non-launch runtime calls)
 --   next_launch_name, next_launch_start_ns   the CPU call that launched the work ending the gap
 --   next_gpu_name   that work
---   cause           'dataloader' | 'h2d_copy' | 'host_sync' | 'runtime_stall' | 'launch_bound' | 'gpu_wait'
+--   cause           'graph_capture' | 'dataloader' | 'h2d_copy' | 'host_sync' | 'runtime_stall' |
+--                   'launch_bound' | 'gpu_wait'
 --                   (see top of file; tested in that order)
 CREATE OR REPLACE MACRO gpu_idle_gaps(run, min_cover_fraction, runtime_stall_min_ns) AS TABLE
 WITH act_dev AS (
@@ -124,6 +130,8 @@ WITH act_dev AS (
     FROM l
     WHERE l.gpu_kind = 'memcpy' AND regexp_matches(l.gpu_name, '^Memcpy\s+HtoD')
       AND (contains(l.gpu_name, 'Pageable') OR NOT contains(lower(l.launch_name), 'async'))
+      -- a copy node replayed by a graph launch: the launch call is asynchronous, not a staging copy
+      AND NOT contains(l.launch_name, 'GraphLaunch')
     UNION ALL
     SELECT {'rank': rank, 'what': 'sync'}, start_ns, end_ns FROM sync_calls(run)
     UNION ALL
@@ -171,8 +179,13 @@ WITH act_dev AS (
            arg_min(l.gpu_name, l.launch_start_ns) AS gpu_name
     FROM gaps g JOIN l ON l.rank = g.grp.rank AND l.device = g.grp.device AND l.gpu_start_ns = g.end_ns
     GROUP BY g.id
+), captured_gaps AS (
+    -- gaps overlapping a graph capture of their rank (captures are few: a plain range join)
+    SELECT DISTINCT g.id
+    FROM gaps g JOIN graph_capture_windows(run) w
+      ON w.rank = g.grp.rank AND w.start_ns < g.end_ns AND g.start_ns < w.end_ns
 ), classified AS (
-    SELECT g.grp, g.id, g.start_ns, g.end_ns, g.dur_ns,
+    SELECT g.grp, g.id, g.start_ns, g.end_ns, g.dur_ns, cg.id IS NOT NULL AS in_capture,
            coalesce(p.loader_ns, 0) AS loader_ns, coalesce(p.sync_ns, 0) AS sync_ns,
            coalesce(p.sync_at_start, false) AS sync_at_start,
            coalesce(p.h2d_ns, 0) AS h2d_ns, coalesce(p.h2d_at_start, false) AS h2d_at_start,
@@ -182,6 +195,7 @@ WITH act_dev AS (
     FROM gaps g
     LEFT JOIN per_gap p ON p.gap_id = g.id
     LEFT JOIN next_work n ON n.id = g.id
+    LEFT JOIN captured_gaps cg ON cg.id = g.id
 )
 SELECT c.grp.rank AS rank, c.grp.device AS device, c.id AS gap_id, c.start_ns, c.end_ns, c.dur_ns,
        CASE WHEN c.start_ns < st.end_ns THEN st.step END AS step,
@@ -192,7 +206,8 @@ SELECT c.grp.rank AS rank, c.grp.device AS device, c.id AS gap_id, c.start_ns, c
        -- the GPU went idle waited on something else (launch latency, another stream)
        -- (queued = its launch call had returned; a call still running when the GPU went idle,
        -- such as a slow first launch, kept the work from the GPU)
-       CASE WHEN c.next_launch_end_ns <= c.start_ns THEN 'gpu_wait'
+       CASE WHEN c.in_capture THEN 'graph_capture'
+            WHEN c.next_launch_end_ns <= c.start_ns THEN 'gpu_wait'
             WHEN c.loader_ns >= min_cover_fraction * c.dur_ns THEN 'dataloader'
             WHEN c.h2d_at_start OR c.h2d_ns >= min_cover_fraction * c.dur_ns THEN 'h2d_copy'
             WHEN c.sync_at_start OR c.sync_ns >= min_cover_fraction * c.dur_ns THEN 'host_sync'
@@ -204,18 +219,18 @@ FROM classified c
 ASOF LEFT JOIN steps(run) st ON c.grp.rank = st.rank AND c.start_ns >= st.start_ns;
 
 
--- gap_causes(run, min_cover_fraction, runtime_stall_min_ns): idle time per rank and cause, with the worst step.
+-- gap_causes(run, min_cover_fraction, runtime_stall_min_ns, long_gap_ns): idle time per rank and cause, with the worst step.
 -- On a rank with ProfilerSteps only the idle time inside its step_range counts: a gap before
 -- the first step (warm-up, start-up) or after the last one is no step's cost, and divided by the
 -- step count it made costs larger than the steps themselves. Gaps crossing the range's edge
 -- count their inside part.
 -- Columns:
 --   rank, cause, gaps (count), idle_ns (total), longest_gap_ns
---   long_idle_ns, long_gaps             the part in gaps of 1 ms or more (CPU busy elsewhere,
+--   long_idle_ns, long_gaps             the part in gaps of long_gap_ns or more (CPU busy elsewhere,
 --                                       not per-launch overhead)
 --   worst_step, worst_step_idle_ns       the step losing most to this cause
 --   worst_start_ns, worst_end_ns         the longest gap of that cause (the window to look at)
-CREATE OR REPLACE MACRO gap_causes(run, min_cover_fraction, runtime_stall_min_ns) AS TABLE
+CREATE OR REPLACE MACRO gap_causes(run, min_cover_fraction, runtime_stall_min_ns, long_gap_ns) AS TABLE
 WITH all_gaps AS (
     SELECT * FROM gpu_idle_gaps(run, min_cover_fraction, runtime_stall_min_ns)
 ), g AS (
@@ -231,102 +246,11 @@ WITH all_gaps AS (
     FROM per_step GROUP BY ALL
 )
 SELECT g.rank, g.cause, count(*) AS gaps, sum(g.dur_ns) AS idle_ns, max(g.dur_ns) AS longest_gap_ns,
-       coalesce(sum(g.dur_ns) FILTER (WHERE g.dur_ns >= 1000000), 0) AS long_idle_ns,
-       count(*) FILTER (WHERE g.dur_ns >= 1000000) AS long_gaps,
+       coalesce(sum(g.dur_ns) FILTER (WHERE g.dur_ns >= long_gap_ns), 0) AS long_idle_ns,
+       count(*) FILTER (WHERE g.dur_ns >= long_gap_ns) AS long_gaps,
        any_value(w.worst_step) AS worst_step, any_value(w.worst_step_idle_ns) AS worst_step_idle_ns,
        -- of equally long gaps, the first (a deterministic window)
        arg_max(g.start_ns, (g.dur_ns, -g.start_ns)) AS worst_start_ns,
        arg_max(g.end_ns, (g.dur_ns, -g.start_ns)) AS worst_end_ns
 FROM g LEFT JOIN worst_step w ON w.rank = g.rank AND w.cause = g.cause
 GROUP BY g.rank, g.cause;
-
-
--- launch_stats(run, delay_outlier_ns, runtime_outlier_ns, tiny_kernel_ns): per rank, HTA's
--- get_cuda_kernel_launch_stats figures over kernel launches (cudaLaunchKernel/ExC, hip*,
--- including memcpy/memset launches as HTA's include_memory_events does), counted activity only.
--- Columns:
---   rank, launches
---   mean_launch_delay_ns, p50_launch_delay_ns, p95_launch_delay_ns
---   delay_outliers          launches whose delay > delay_outlier_ns (HTA: 100 us)
---   runtime_outliers        CPU launch calls longer than runtime_outlier_ns (HTA: 50 us)
---   short_kernel_share      share of kernels shorter than their own launch call (GPU time < CPU time)
---   tiny_kernel_share       share of kernels shorter than tiny_kernel_ns
---   mean_kernel_ns, mean_launch_cpu_ns
---   elementwise_kernel_share  share of kernels that are elementwise/vectorized (fusion candidates)
---   optimizer_kernel_share    share launched inside an Optimizer.step span (per-parameter loops)
-CREATE OR REPLACE MACRO launch_stats(run, delay_outlier_ns, runtime_outlier_ns, tiny_kernel_ns) AS TABLE
-WITH l AS (
-    SELECT * FROM launches(run)
-    WHERE counted AND launch_name IN ('cudaLaunchKernel', 'cudaLaunchKernelExC', 'cudaMemcpyAsync', 'cudaMemsetAsync',
-                                      'cudaLaunchCooperativeKernel', 'cuLaunchKernel', 'cuLaunchKernelEx',
-                                      'hipLaunchKernel', 'hipExtModuleLaunchKernel', 'hipModuleLaunchKernel',
-                                      'hipMemcpyAsync', 'hipMemsetAsync', 'hipMemcpyWithStream')
-), optimizer_spans AS (
-    SELECT rank, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
-    FROM events
-    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND dur_ns IS NOT NULL
-      AND starts_with(name, 'Optimizer.step#')
-), in_optimizer AS (
-    SELECT l.rank, l.correlation, o.end_ns IS NOT NULL AND l.launch_start_ns < o.end_ns AS inside
-    FROM l ASOF LEFT JOIN optimizer_spans o ON l.rank = o.rank AND l.launch_start_ns >= o.start_ns
-    WHERE l.gpu_kind = 'kernel'
-)
-SELECT l.rank, count(*) AS launches,
-       avg(launch_delay_ns) AS mean_launch_delay_ns,
-       quantile_cont(launch_delay_ns, 0.5) AS p50_launch_delay_ns,
-       quantile_cont(launch_delay_ns, 0.95) AS p95_launch_delay_ns,
-       count_if(launch_delay_ns > delay_outlier_ns) AS delay_outliers,
-       count_if(launch_dur_ns > runtime_outlier_ns) AS runtime_outliers,
-       avg(CASE WHEN gpu_kind = 'kernel' THEN (gpu_dur_ns < launch_dur_ns)::INT END) AS short_kernel_share,
-       avg(CASE WHEN gpu_kind = 'kernel' THEN (gpu_dur_ns < tiny_kernel_ns)::INT END) AS tiny_kernel_share,
-       avg(CASE WHEN gpu_kind = 'kernel' THEN gpu_dur_ns END) AS mean_kernel_ns,
-       avg(launch_dur_ns) AS mean_launch_cpu_ns,
-       avg(CASE WHEN gpu_kind = 'kernel' THEN (contains(gpu_name, 'elementwise') OR contains(gpu_name, 'vectorized')
-                                                OR contains(gpu_name, 'reduce_kernel'))::INT END) AS elementwise_kernel_share,
-       (SELECT avg(inside::INT) FROM in_optimizer o WHERE o.rank = l.rank) AS optimizer_kernel_share
-FROM l
-GROUP BY l.rank;
-
-
--- tiny_kernel_runs(run, tiny_kernel_ns, max_gap_ns, min_kernels): runs of back-to-back tiny
--- kernels on one device (each shorter than tiny_kernel_ns, at most max_gap_ns apart), at least
--- min_kernels long: what a CUDA graph or a fused kernel would collapse into one launch.
--- Columns: rank, device, run_id_in_rank, kernels, start_ns, end_ns, busy_ns (sum of kernel time),
---          idle_ns (end - start - busy: the launch overhead a graph would remove), top_kernel
-CREATE OR REPLACE MACRO tiny_kernel_runs(run, tiny_kernel_ns, max_gap_ns, min_kernels) AS TABLE
-WITH kernels AS MATERIALIZED (
-    SELECT row_number() OVER () AS kernel_no, rank, device, name, start_ns, end_ns, dur_ns
-    FROM gpu_activity(run) WHERE counted AND kind = 'kernel'
-), k AS (
-    -- the windows carry no kernel names (long strings made them 3x slower); names are joined
-    -- back below for the kernels of the runs kept
-    SELECT kernel_no, rank, device, start_ns, end_ns, dur_ns,
-           lag(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns) AS prev_end,
-           lag(dur_ns) OVER (PARTITION BY rank, device ORDER BY start_ns) AS prev_dur
-    FROM kernels
-), marked AS (
-    SELECT *, sum(CASE WHEN dur_ns < tiny_kernel_ns AND prev_dur < tiny_kernel_ns
-                            AND start_ns - prev_end <= max_gap_ns THEN 0 ELSE 1 END)
-                  OVER (PARTITION BY rank, device ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS run_no
-    FROM k
-), runs AS (
-    SELECT * FROM (
-        SELECT rank, device, run_no, count(*) AS kernels, min(start_ns) AS start_ns,
-               max(end_ns) AS end_ns, sum(dur_ns) AS busy_ns,
-               greatest(max(end_ns) - min(start_ns) - sum(dur_ns), 0) AS idle_ns
-        FROM marked
-        WHERE dur_ns < tiny_kernel_ns
-        GROUP BY rank, device, run_no
-    )
-    WHERE kernels >= min_kernels
-), top AS (
-    SELECT m.rank, m.device, m.run_no, mode(n.name) AS top_kernel
-    FROM marked m
-    SEMI JOIN runs r ON r.rank = m.rank AND r.device IS NOT DISTINCT FROM m.device AND r.run_no = m.run_no
-    JOIN kernels n ON n.kernel_no = m.kernel_no
-    WHERE m.dur_ns < tiny_kernel_ns
-    GROUP BY m.rank, m.device, m.run_no
-)
-SELECT r.rank, r.device, r.run_no AS run_id_in_rank, r.kernels, r.start_ns, r.end_ns, r.busy_ns, r.idle_ns, t.top_kernel
-FROM runs r
-JOIN top t ON t.rank = r.rank AND t.device IS NOT DISTINCT FROM r.device AND t.run_no = r.run_no;

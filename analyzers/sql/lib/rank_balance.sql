@@ -1,4 +1,5 @@
--- Rank imbalance (issue #3, analysis 3): which rank the others wait for, and what it costs them.
+-- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/collectives.sql
+-- Rank balance: which rank the others wait for, and what it costs them.
 --
 -- A collective finishes on every rank at (about) the same moment: when the last rank has
 -- arrived and the data has moved. So the same collective, seen on every rank, lasts longest on
@@ -12,11 +13,11 @@
 -- straggler never waits, so its exposed comm is pure transfer; everything another rank is
 -- exposed beyond that is waiting for the straggler: the most the rank can get back if the work
 -- were balanced (all of it when the rank has no stall of its own hidden behind the wait; the
--- synthesizer's straggler scenario checks this against a counterfactual run). comm.sql subtracts
+-- synthesizer's straggler scenario checks this against a counterfactual run). comm_exposed.sql subtracts
 -- it from exposed comm so nothing is counted twice. CPU-only (gloo) ranks use the same rule with CPU time: work = step time
 -- outside collectives, exposed = time inside collectives (gloo blocks the calling thread).
 --
--- Built on views.sql (steps, gpu_activity, collectives) and intervals.sql.
+-- Built on lib/steps.sql, gpu_activity.sql, collectives.sql and intervals.sql.
 
 
 -- collective_instances(run): every collective of the run, one row per rank and instance, with
@@ -26,7 +27,7 @@
 --   pg                process group name (args "Process Group Name"), '' when the trace has none
 --   collective        lower-case name without underscores ('allreduce', 'sendrecv', ...)
 --   nelems, bytes, group_size   from the args where present, else NULL
---   bus_factor        nccl-tests' busbw / algbw factor for this collective and group size (views.sql)
+--   bus_factor        nccl-tests' busbw / algbw factor for this collective and group size (lib/collectives.sql)
 --   stream            the GPU stream (NULL for CPU spans)
 --   step              ProfilerStep#N whose CPU window issued it (NULL outside every step)
 --   seq               order of the instance within (rank, pg, step)
@@ -62,7 +63,7 @@ WITH step_windows AS (
     SELECT c.rank, 'gpu' AS source, coalesce(a.pg, '') AS pg,
            replace(c.collective, '_', '') AS collective, c.nelems, c.bytes, c.group_size, c.stream,
            c.start_ns, c.end_ns, c.dur_ns, coalesce(l.launch_start_ns, c.start_ns) AS issued_ns,
-           c.busbw_gbps / nullif(c.algbw_gbps, 0) AS bus_factor
+           c.bus_factor
     FROM comm c
     LEFT JOIN comm_args a ON a.rank = c.rank AND a.correlation = c.correlation AND a.start_ns = c.start_ns
     LEFT JOIN comm_launch l ON l.rank = c.rank AND l.correlation = c.correlation
@@ -109,7 +110,7 @@ FROM grouped;
 
 -- rank_balance(run): one row per rank that has work to compare (GPU activity, or CPU steps).
 -- GPU figures use HTA's definitions and its ProfilerStep rule (gpu_activity.counted), like
--- metrics.sql's rank_breakdown; computed here from one pass over the activity because this is
+-- metrics/rank_breakdown.sql's rank_breakdown; computed here from one pass over the activity because this is
 -- the hot path of both distributed analyses.
 -- Columns:
 --   rank, n_steps, steps_divisor (n_steps or 1)
@@ -129,7 +130,7 @@ FROM grouped;
 --                         the waiting that also holds up the host. Waiting while the host does its own
 --                         work (a slow data loader, Python) is hidden behind that work, and balancing
 --                         the ranks alone would not win it back.
-CREATE OR REPLACE MACRO rank_balance(run) AS TABLE
+CREATE OR REPLACE MACRO rank_balance(run, host_blocked_min_ns) AS TABLE
 WITH act AS MATERIALIZED (
     SELECT rank AS grp, start_ns, end_ns, category FROM gpu_activity(run) WHERE counted
 ), compute_act AS (
@@ -148,10 +149,10 @@ WITH act AS MATERIALIZED (
     SELECT grp AS rank, sum(dur_ns) AS exposed_ns FROM exposed_pieces GROUP BY grp
 ), host_blocked AS (
     -- the host stuck in CUDA calls (syncs, blocking copies, launches on a full queue): while the
-    -- GPU waits in a collective, this is the host being held up by it. Calls under 20 us are
-    -- ordinary launch overhead (a cudaLaunchKernel costs ~5-10 us), not waiting.
+    -- GPU waits in a collective, this is the host being held up by it. Shorter calls are
+    -- ordinary launch overhead (thresholds.HOST_BLOCKED_MIN_NS), not waiting.
     SELECT rank AS grp, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
-    FROM events WHERE run_id = run AND kind IN ('runtime', 'driver') AND dur_ns >= 20000
+    FROM events WHERE run_id = run AND kind IN ('runtime', 'driver') AND dur_ns >= host_blocked_min_ns
 ), comm_held AS (
     SELECT grp AS rank, sum(dur_ns) AS held_ns FROM interval_intersect('exposed_pieces', 'host_blocked') GROUP BY grp
 ), ci AS MATERIALIZED (
@@ -220,92 +221,31 @@ SELECT r.*,
 FROM ranked r;
 
 
--- rank_imbalance_report(run): at most one row (runs with two or more ranks to compare): the
--- straggler, what the imbalance costs, and where it shows.
+-- step_arrivals(run): per ProfilerStep and rank, how late the rank reached the step's collectives.
+-- Only steps in which every compared rank has matched collective instances (a rank missing from a
+-- step cannot be ranked in it); empty for traces without ProfilerSteps.
 -- Columns:
---   straggler_rank, n_ranks
---   imbalance_pct          (max - mean) / mean of work per step across ranks, in %
---   straggler_work_ns, mean_work_ns   per step
---   cost_ns                time each other rank loses per step (mean of their lost_ns_per_step)
---   held_cost_ns           the part of it that holds up their hosts too (mean held_lost_ns_per_step)
---   max_lost_ns, max_lost_rank        the rank that loses most
---   mean_step_ns           mean step time over the ranks
---   wait_ns_per_step       mean matched in-collective wait of the other ranks (evidence)
---   matched                BOOLEAN: collective instances were matched across ranks
---   point_to_point         BOOLEAN: send/recv seen (pipeline stages run different layers by design)
---   source                 'gpu' | 'cpu' (what work and waiting were measured on)
---   lost_by_rank           LIST of {rank, lost_ns}
---   steps                  LIST of {step, wait_ns (mean over the waiting ranks), start_ns, end_ns
---                          (the straggler's window)}, by step
---   wait_start_ns, wait_end_ns   the matched collective a waiting rank waited in longest (the
---                          window to show when the trace has no ProfilerSteps)
-CREATE OR REPLACE MACRO rank_imbalance_report(run) AS TABLE
-WITH rb AS MATERIALIZED (
-    SELECT * FROM rank_balance(run)
-), straggler AS (
-    SELECT rank FROM rb WHERE is_straggler
-), step_waits AS (
-    SELECT i.step, sum(i.wait_ns) / greatest((SELECT count(*) FROM rb) - 1, 1) AS wait_ns
-    FROM collective_instances(run) i
-    WHERE i.matched AND i.step IS NOT NULL AND i.rank NOT IN (SELECT rank FROM straggler)
-    GROUP BY i.step
-), step_rows AS (
-    SELECT list({'step': w.step, 'wait_ns': w.wait_ns, 'start_ns': s.start_ns, 'end_ns': s.end_ns}
-                ORDER BY w.step) AS steps
-    FROM step_waits w
-    LEFT JOIN steps(run) s ON s.step = w.step AND s.rank = (SELECT rank FROM straggler)
-), summary AS (
-    SELECT (SELECT rank FROM straggler) AS straggler_rank,
-           count(*) AS n_ranks,
-           100.0 * (max(work_ns_per_step) - avg(work_ns_per_step)) / nullif(avg(work_ns_per_step), 0) AS imbalance_pct,
-           max(work_ns_per_step) FILTER (WHERE is_straggler) AS straggler_work_ns,
-           avg(work_ns_per_step) AS mean_work_ns,
-           coalesce(avg(lost_ns_per_step) FILTER (WHERE NOT is_straggler), 0) AS cost_ns,
-           coalesce(avg(held_lost_ns_per_step) FILTER (WHERE NOT is_straggler), 0) AS held_cost_ns,
-           max(lost_ns_per_step) AS max_lost_ns,
-           arg_max(rank, lost_ns_per_step) AS max_lost_rank,
-           avg(mean_step_ns) AS mean_step_ns,
-           avg(wait_ns_per_step) FILTER (WHERE NOT is_straggler) AS wait_ns_per_step,
-           sum(matched_instances) > 0 AS matched,
-           sum(p2p_instances) > 0 AS point_to_point,
-           CASE WHEN bool_and(has_gpu) THEN 'gpu' ELSE 'cpu' END AS source,
-           list({'rank': rank, 'lost_ns': lost_ns_per_step} ORDER BY rank) AS lost_by_rank
-    FROM rb
-    HAVING count(*) >= 2
-), longest_wait AS (
-    -- the window where the waiting shows when there are no steps to name one
-    SELECT arg_max(i.start_ns, (i.wait_ns, -i.start_ns)) AS wait_start_ns,
-           arg_max(i.end_ns, (i.wait_ns, -i.start_ns)) AS wait_end_ns
-    FROM collective_instances(run) i
-    WHERE i.matched AND i.rank NOT IN (SELECT rank FROM straggler)
+--   step, rank
+--   wait_ns         its summed wait in the step's matched collectives
+--   lateness_ns     the other ranks' mean wait minus its own: how much later than the others it
+--                   arrived (negative when it arrived earlier)
+--   is_last         BOOLEAN: the rank the others waited for in this step (least wait; lowest rank on a tie)
+--   step_wait_ns    what the waiting ranks lost in this step: their mean wait beyond the last rank's
+--                   (the same on every row of the step)
+CREATE OR REPLACE MACRO step_arrivals(run) AS TABLE
+WITH per_rank AS (
+    SELECT step, rank, sum(wait_ns) AS wait_ns
+    FROM collective_instances(run)
+    WHERE matched AND step IS NOT NULL
+    GROUP BY step, rank
+), complete AS (
+    SELECT * FROM per_rank
+    QUALIFY count(*) OVER (PARTITION BY step) = (SELECT count(DISTINCT rank) FROM per_rank)
+        AND count(*) OVER (PARTITION BY step) >= 2
 )
-SELECT summary.*, coalesce(step_rows.steps, []) AS steps, longest_wait.wait_start_ns, longest_wait.wait_end_ns
-FROM summary, step_rows, longest_wait;
-
-
--- rank_shape_differences(run, straggler): operators recorded with input shapes (record_shapes)
--- whose shapes on the straggler never occur on another rank, e.g. longer sequences landing on
--- one rank. Only operators every rank runs are compared.
--- Columns: name, straggler_dims, other_dims (the other ranks' most frequent shapes), n_calls
-CREATE OR REPLACE MACRO rank_shape_differences(run, straggler) AS TABLE
-WITH shaped AS (
-    SELECT rank, name, dims
-    FROM (SELECT rank, name, CAST(json_extract(args, '$."Input Dims"') AS VARCHAR) AS dims
-          FROM events WHERE run_id = run AND kind = 'cpu_op')
-    WHERE dims IS NOT NULL AND dims NOT IN ('[]', '[[]]')
-), common_ops AS (
-    SELECT name FROM shaped GROUP BY name
-    HAVING count(DISTINCT rank) = (SELECT count(DISTINCT rank) FROM shaped) AND count(DISTINCT rank) >= 2
-), straggler_shapes AS (
-    SELECT name, dims, count(*) AS n_calls FROM shaped
-    WHERE rank = straggler AND name IN (SELECT name FROM common_ops) GROUP BY name, dims
-), other_shapes AS (
-    SELECT name, dims, count(*) AS n_calls FROM shaped
-    WHERE rank <> straggler AND name IN (SELECT name FROM common_ops) GROUP BY name, dims
-)
-SELECT s.name, s.dims AS straggler_dims,
-       -- of equally frequent shapes, the first in text order: the same report on every analysis
-       (SELECT first(o.dims ORDER BY o.n_calls DESC, o.dims) FROM other_shapes o WHERE o.name = s.name) AS other_dims,
-       s.n_calls
-FROM straggler_shapes s
-WHERE NOT EXISTS (SELECT 1 FROM other_shapes o WHERE o.name = s.name AND o.dims = s.dims);
+SELECT step, rank, wait_ns,
+       (sum(wait_ns) OVER s - wait_ns) / (count(*) OVER s - 1) - wait_ns AS lateness_ns,
+       row_number() OVER (PARTITION BY step ORDER BY wait_ns, rank) = 1 AS is_last,
+       (sum(wait_ns) OVER s - min(wait_ns) OVER s * count(*) OVER s) / (count(*) OVER s - 1) AS step_wait_ns
+FROM complete
+WINDOW s AS (PARTITION BY step);

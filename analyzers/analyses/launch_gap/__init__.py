@@ -2,7 +2,7 @@
 
 Cost: per step, the GPU idle time in gaps whose next work was launched only after the GPU had
 gone idle and that no DataLoader wait, blocking host-to-device copy or host sync explains
-(those gaps belong to dataloader_stall, h2d_stall and host_sync; see launch_gap.sql). The
+(those gaps belong to dataloader_stall, h2d_stall and host_sync; see lib/gaps.sql). The
 metrics add HTA-style launch statistics (launch delay, kernels shorter than their launch) and
 the runs of tiny kernels a CUDA graph or fusion would collapse.
 """
@@ -13,9 +13,23 @@ from typing import Any
 import duckdb
 
 from analyzers.analyses import cause_row, gap_causes, query, rounded, to_ms
-from analyzers.model import Finding
+from analyzers.model import AnalysisSpec, EvidenceSeries, Finding
 
-KIND = "launch_gap"
+SPEC = AnalysisSpec(
+    kind="launch_gap",
+    title="GPU idle between kernel launches",
+    evidence=EvidenceSeries("idle_ms", "GPU idle per step, every cause",
+                            "This finding counts {idle_ms_per_step:.2f} ms/step of it: the gaps whose next kernel was launched only after the GPU had gone idle."),
+    metric_keys=frozenset({"elementwise_kernel_share", "gaps_per_step", "idle_ms_per_step",
+                           "kernels_in_tiny_runs_per_step", "launch_delay_outliers",
+                           "launches_per_step", "long_gap_share", "longest_gap_ms",
+                           "mean_kernel_us", "mean_launch_cpu_us", "mean_launch_delay_us",
+                           "optimizer_kernel_share", "p50_launch_delay_us", "p95_launch_delay_us",
+                           "queued_idle_ms_per_step", "short_kernel_share", "slow_launch_calls",
+                           "syncs_per_step", "tiny_kernel_runs_per_step", "tiny_kernel_share",
+                           "tiny_run_overhead_ms_per_step", "tiny_run_top_kernel"}),
+)
+KIND = SPEC.kind
 
 
 def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]:
@@ -73,10 +87,10 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
                    f"launch work ({metrics['gaps_per_step']:g} gaps per step, longest "
                    f"{metrics['longest_gap_ms']:.2f} ms); {100 * (metrics['short_kernel_share'] or 0):.0f}% of "
                    f"kernels run shorter than their launch call.")
-        if long_share >= 0.5:
+        if long_share >= t["LONG_GAPS_DOMINATE_FRACTION"]:
             # a few long holes are the CPU doing other work (Python, logging, evaluation, setup),
             # not per-kernel launch overhead: say so, the fixes differ
-            summary += (f" {100 * long_share:.0f}% of it is in {row['long_gaps']} gaps of 1 ms or more: the CPU "
+            summary += (f" {100 * long_share:.0f}% of it is in {row['long_gaps']} gaps of {t['LONG_GAP_NS'] / 1e6:g} ms or more: the CPU "
                         "was busy with other work there; look at the CPU timeline in that window.")
         if tr:
             runs = metrics["tiny_kernel_runs_per_step"]

@@ -1,7 +1,8 @@
 """rank_imbalance: the rank every other rank waits for, and the time they lose to it.
 
-The analysis is analyzers/sql/rank_imbalance.sql (collective_instances -> rank_balance ->
-rank_imbalance_report, one statement); this module only turns its row into a Finding.
+The analysis is analyses/rank_imbalance/rank_imbalance.sql (collective_instances -> rank_balance,
+step_arrivals -> rank_imbalance_report, one statement); this module only turns its row into a
+Finding. A rank late in one step only is a step outlier (a spike): a note, never the straggler.
 """
 from __future__ import annotations
 
@@ -11,11 +12,24 @@ from typing import Any
 import duckdb
 
 from analyzers import thresholds as th
-from analyzers.model import Finding
+from analyzers.model import AnalysisSpec, EvidenceSeries, Finding
 from analyzers.sqlrun import ensure_loaded
 
-KIND = "rank_imbalance"
-MEASURED_WITHOUT_GPU = True   # gloo collectives block the host, so their waits are measured on CPU traces too
+SPEC = AnalysisSpec(
+    kind="rank_imbalance",
+    title="Unbalanced ranks (a straggler)",
+    evidence=EvidenceSeries("compute_ms", "GPU compute per step, per rank", per_rank=True),
+    metric_keys=frozenset({"collective_wait_ms_per_step", "collectives_matched",
+                           "host_held_ms_per_step", "imbalance_pct", "imbalance_source",
+                           "lost_ms_per_step_by_rank", "max_lost_rank", "mean_work_ms_per_step",
+                           "late_rank_by_step", "late_steps", "lateness_ms", "lateness_jitter_ms",
+                           "measured_on", "ranks_compared", "shape_differs", "shape_examples",
+                           "shapes_compared", "step_outliers", "steps_compared", "straggler_persistent",
+                           "straggler_rank", "straggler_work_ms_per_step", "wait_ms_by_step",
+                           "world_size"}),
+    measured_without_gpu=True,
+)
+KIND = SPEC.kind
 
 
 def context(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> Any:
@@ -55,7 +69,8 @@ def _note_single_rank(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> 
     world = con.execute("SELECT world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()
     if notes is None or not world or (world[0] or 1) < 2:
         return
-    only = rows(con, "SELECT rank, has_gpu, comm_ns_per_step, mean_step_ns FROM rank_balance(?)", [run_id])
+    only = rows(con, "SELECT rank, has_gpu, comm_ns_per_step, mean_step_ns FROM rank_balance(?, ?)",
+                [run_id, int(threshold(ctx, "HOST_BLOCKED_MIN_NS"))])
     if len(only) != 1:
         return
     r = only[0]
@@ -74,14 +89,34 @@ def _note_single_rank(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> 
     notes.append(text)
 
 
+def _outlier_words(outliers: list[dict[str, Any]]) -> str:
+    """'step 14 (rank 2, +42.0 ms)' for each step outlier, joined."""
+    return ", ".join(f"step {o['step']} (rank {o['rank']}, +{o['extra_ns'] / 1e6:.1f} ms)" for o in outliers)
+
+
+def _note_step_outliers(outliers: list[dict[str, Any]], ctx: Any) -> None:
+    """One note per step outlier: a spike on one rank in one step, which is not a straggler."""
+    notes = getattr(ctx, "notes", None)
+    if notes is None:
+        return
+    for o in outliers:
+        notes.append(f"In step {o['step']} the other ranks waited {o['extra_ns'] / 1e6:.1f} ms longer than in the "
+                     f"median step for rank {o['rank']}, in that step only: a one-off spike (a step outlier), "
+                     "not a straggler; rank_imbalance leaves it out of its cost.")
+
+
 def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[Finding]:
     ensure_loaded(con)
     ctx = context(con, run_id, ctx)
-    summary = rows(con, "SELECT * FROM rank_imbalance_report(?)", [run_id])
+    summary = rows(con, "SELECT * FROM rank_imbalance_report(?, ?, ?, ?, ?, ?)",
+                   [run_id, int(threshold(ctx, "HOST_BLOCKED_MIN_NS")), threshold(ctx, "STRAGGLER_MIN_STEP_SHARE"),
+                    threshold(ctx, "STRAGGLER_MIN_LATENESS_SIGMAS"), threshold(ctx, "STEP_OUTLIER_SIGMAS"),
+                    threshold(ctx, "MIN_FINDING_PCT") / 100.0])   # the reporting floor, as a fraction
     if not summary or summary[0]["straggler_rank"] is None:
         _note_single_rank(con, run_id, ctx)   # fewer than two ranks to compare: say so, no finding
         return []
     s = summary[0]
+    _note_step_outliers(s["outliers"], ctx)
     straggler = int(s["straggler_rank"])
     cost_ns = float(s["cost_ns"] or 0)
     cost_pct = ctx.cost_pct(straggler, cost_ns)
@@ -98,13 +133,16 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
     world = con.execute("SELECT world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()
 
     imbalance_pct = float(s["imbalance_pct"] or 0.0)
+    moving = s["persistent"] is False   # the rank waited for changes from step to step
     if shapes:
         source = "input"        # the straggler is fed differently shaped data
-    elif imbalance_pct >= threshold(ctx, "RANK_IMBALANCE_WORK_PCT"):
+    elif moving or imbalance_pct >= threshold(ctx, "RANK_IMBALANCE_WORK_PCT"):
+        # moving: each step's late rank has that step's extra work; averages over steps hide it
         source = "compute"      # same shapes, more work (data-dependent compute, slower device)
     else:
         source = "stall"        # it is late without more work: a stall of its own
-    worst = max(steps, key=lambda r: r["wait_ns"] or 0) if steps else None
+    ordinary = [r for r in steps if not r["outlier"]]
+    worst = max(ordinary, key=lambda r: r["wait_ns"] or 0) if ordinary else None
     n_waiting = int(s["n_ranks"]) - 1
 
     metrics: dict[str, Any] = {
@@ -122,6 +160,14 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
         "collectives_matched": bool(s["matched"]),
         "measured_on": s["source"],
         "wait_ms_by_step": {str(r["step"]): ms(r["wait_ns"]) for r in steps},
+        "late_rank_by_step": {str(r["step"]): r["late_rank"] for r in steps},
+        "straggler_persistent": s["persistent"],
+        "late_steps": s["late_steps"],
+        "steps_compared": s["steps_compared"],
+        "lateness_ms": ms(s["lateness_ns"]),
+        "lateness_jitter_ms": ms(s["jitter_ns"]),
+        "step_outliers": [{"step": o["step"], "rank": o["rank"], "extra_ms": ms(o["extra_ns"])}
+                          for o in s["outliers"]],
         "shape_differs": bool(shapes),
         "shapes_compared": not s["point_to_point"],
         "shape_examples": [{"op": r["name"], "straggler_dims": _dims(r["straggler_dims"]),
@@ -129,18 +175,29 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
     }
     work_word = "compute" if s["source"] == "gpu" else "work outside collectives"
     others = "the other rank loses" if n_waiting == 1 else f"the other {n_waiting} ranks lose"
-    text = (f"Rank {straggler} is the straggler: {others} {cost_ns / 1e6:.2f} ms per step "
-            f"({cost_pct:.1f}% of the step) waiting for it in collectives; its {work_word} per step "
-            f"is {imbalance_pct:.1f}% above the mean.")
+    if moving:
+        text = (f"No rank is a persistent straggler: the rank the others wait for changes from step to step "
+                f"(rank {straggler} in {s['late_steps']} of {s['steps_compared']} steps, not by more than "
+                f"its step-to-step jitter), and {others} {cost_ns / 1e6:.2f} ms per step ({cost_pct:.1f}% "
+                "of the step) waiting in collectives: each step's work differs across ranks (uneven batches).")
+    else:
+        text = (f"Rank {straggler} is the straggler: {others} {cost_ns / 1e6:.2f} ms per step "
+                f"({cost_pct:.1f}% of the step) waiting for it in collectives; its {work_word} per step "
+                f"is {imbalance_pct:.1f}% above the mean.")
+        if s["late_steps"] is not None:
+            text += (f" It was last in {s['late_steps']} of {s['steps_compared']} steps, "
+                     f"{ms(s['lateness_ns']):.2f} ms late at the median.")
+    if s["outliers"]:
+        text += f" Left out of this cost as one-off spikes (step outliers): {_outlier_words(s['outliers'])}."
     held = float(s["held_cost_ns"] or 0)
-    if s["source"] == "gpu" and held < 0.5 * cost_ns:
+    if s["source"] == "gpu" and held < threshold(ctx, "HELD_WAIT_MIN_FRACTION") * cost_ns:
         text += (f" Only {held / 1e6:.2f} ms of that wait also holds up their hosts; the rest is hidden "
                  "behind their own host work (data loading, Python), so balancing alone wins less.")
     if shapes:
         ex = shapes[0]
         text += (f" Its inputs are shaped differently ({ex['name']}: {ex['straggler_dims']} vs "
                  f"{ex['other_dims']} elsewhere): uneven batches are a likely cause.")
-    elif source == "stall":
+    elif source == "stall" and not moving:
         text += " It does no more work than the others, so it is late for another reason (see its other findings)."
     return [ctx.make(KIND, f"{KIND}:r{straggler}", rank=straggler, cost_ns=cost_ns, summary=text,
                      metrics=metrics, step=None if worst is None else worst["step"],

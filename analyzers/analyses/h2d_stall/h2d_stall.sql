@@ -1,4 +1,5 @@
--- Host-to-device copies (issue #3, analysis 2): how much copy time the GPU sits exposed on,
+-- requires: lib/intervals.sql lib/steps.sql lib/copies.sql
+-- Host-to-device copies: how much copy time the GPU sits exposed on,
 -- and how the copies are made (pageable vs pinned, blocking vs async, bandwidth vs the link).
 
 

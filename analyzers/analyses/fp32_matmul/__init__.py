@@ -17,14 +17,18 @@ from typing import Any
 import duckdb
 
 from analyzers.analyses import query, rounded, to_ms
-from analyzers.model import Finding
+from analyzers.model import AnalysisSpec, EvidenceSeries, Finding
 
-KIND = "fp32_matmul"
-DEFAULT_THRESHOLDS = {
-    # NVIDIA's peak ratios of tensor-core to FP32 CUDA-core math: V100 FP16 125 vs 15.7 TFLOP/s,
-    # A100 TF32 156 vs 19.5, H100 SXM TF32 495 vs 67: ~8x
-    "TENSOR_CORE_SPEEDUP": 8.0,
-}
+SPEC = AnalysisSpec(
+    kind="fp32_matmul",
+    title="Matmuls and convolutions in FP32 on CUDA cores, not tensor cores",
+    evidence=EvidenceSeries("compute_ms", "GPU compute per step",
+                            "{fp32_matmul_ms_per_step:.2f} ms/step of it is FP32 matmuls on CUDA cores; the finding's cost is the part tensor cores would save (assumed {assumed_tensor_core_speedup:g}x faster)."),
+    metric_keys=frozenset({"assumed_tensor_core_speedup", "fp32_matmul_ms_per_step",
+                           "kernels_per_step", "share_of_compute", "tf32_capable", "tf32_in_use",
+                           "top_kernels"}),
+)
+KIND = SPEC.kind
 
 # GPU names by tensor-core generation (deviceProperties' name; computeMajor where present wins).
 _TF32_GPUS = re.compile(r"\b(A\d{1,3}G?|H\d{2,3}|GH\d{3}|B\d{3}|GB\d{3}|L\d{1,2}S?|L40S?|RTX (?:A\d{4}|\d{4} Ada|30\d0|40\d0|50\d0)"

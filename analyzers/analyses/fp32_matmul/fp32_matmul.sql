@@ -1,3 +1,4 @@
+-- requires: lib/steps.sql lib/gpu_activity.sql
 -- FP32 matrix multiplies and convolutions on CUDA cores (analysis: fp32_matmul).
 --
 -- A GEMM or convolution in plain FP32 runs on the GPU's CUDA cores (cuBLAS "sgemm", cuDNN

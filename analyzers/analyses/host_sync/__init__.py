@@ -2,7 +2,7 @@
 refill the queue (`.item()`, `.cpu()`, `torch.cuda.synchronize()`, event waits, blocking copies).
 
 Cost: per step, the GPU idle time in gaps that started while the CPU was blocked in such a call
-(or that such calls mostly cover); see launch_gap.sql. Those gaps are not in launch_gap.
+(or that such calls mostly cover); see lib/gaps.sql. Those gaps are not in launch_gap.
 """
 from __future__ import annotations
 
@@ -11,9 +11,17 @@ from typing import Any
 import duckdb
 
 from analyzers.analyses import cause_row, gap_causes, query, rounded, to_ms
-from analyzers.model import Finding
+from analyzers.model import AnalysisSpec, EvidenceSeries, Finding
 
-KIND = "host_sync"
+SPEC = AnalysisSpec(
+    kind="host_sync",
+    title="Host synchronisation stalls the GPU",
+    evidence=EvidenceSeries("idle_ms", "GPU idle per step, every cause",
+                            "This finding counts {idle_ms_per_step:.2f} ms/step of it: the gaps that began while the CPU was blocked in a synchronisation."),
+    metric_keys=frozenset({"gaps_per_step", "idle_ms_per_step", "longest_gap_ms", "syncs_per_step",
+                           "top_callers"}),
+)
+KIND = SPEC.kind
 
 _CALLERS_SQL = """
     WITH ops AS (

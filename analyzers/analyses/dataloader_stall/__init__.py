@@ -1,7 +1,7 @@
 """dataloader_stall: the training loop waits for its next batch and the GPU starves.
 
 Cost: per step, the GPU idle time in gaps the CPU mostly spent inside
-`enumerate(DataLoader)...__next__` (launch_gap.sql, cause 'dataloader'): loader time the GPU
+`enumerate(DataLoader)...__next__` (lib/gaps.sql, cause 'dataloader'): loader time the GPU
 did not hide behind queued work. On a rank without GPU activity (a CPU-only trace) the cost is
 the loader wait itself, per step. A loader holding the loop for less than DATALOADER_MIN_PCT
 of the step is not reported.
@@ -13,10 +13,18 @@ from typing import Any
 import duckdb
 
 from analyzers.analyses import cause_row, gap_causes, query, rounded, to_ms
-from analyzers.model import Finding
+from analyzers.model import AnalysisSpec, EvidenceSeries, Finding
 
-KIND = "dataloader_stall"
-MEASURED_WITHOUT_GPU = True   # the loop's wait in DataLoader.__next__ is host time
+SPEC = AnalysisSpec(
+    kind="dataloader_stall",
+    title="The data loader starves the training loop",
+    evidence=EvidenceSeries("idle_ms", "GPU idle per step, every cause",
+                            "This finding counts {idle_ms_per_step:.2f} ms/step of it: the gaps while the training loop waited for the DataLoader."),
+    metric_keys=frozenset({"gpu", "idle_ms_per_step", "loader", "longest_wait_ms", "num_workers",
+                           "step_time_ms", "wait_ms_per_step", "wait_pct_of_step"}),
+    measured_without_gpu=True,
+)
+KIND = SPEC.kind
 
 _LOADER_SQL = """
     SELECT rank, count(*) AS spans, sum(end_ns - start_ns) AS wait_ns, max(end_ns - start_ns) AS longest_ns,
@@ -25,12 +33,14 @@ _LOADER_SQL = """
            arg_max(step, end_ns - start_ns) AS worst_step,
            arg_max(start_ns, end_ns - start_ns) AS worst_start_ns, arg_max(end_ns, end_ns - start_ns) AS worst_end_ns
     FROM dataloader_spans(?)
+    -- on a rank with steps, only waits inside them (the first batch of start-up is no step's)
+    WHERE step IS NOT NULL OR rank NOT IN (SELECT rank FROM steps(?))
     GROUP BY rank
 """
 
 
 def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]:
-    loaders = {r["rank"]: r for r in query(con, _LOADER_SQL, [run_id])}
+    loaders = {r["rank"]: r for r in query(con, _LOADER_SQL, [run_id, run_id])}
     if not loaders:
         return []
     causes = gap_causes(con, run_id, ctx) if ctx.has_gpu else []

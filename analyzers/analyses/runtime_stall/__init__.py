@@ -1,7 +1,7 @@
 """runtime_stall: the GPU idles while the CPU sits in a slow CUDA runtime/driver call that neither
 launches work, synchronises nor copies.
 
-Two families, told apart because their fixes differ (runtime_stall_calls in launch_gap.sql):
+Two families, told apart because their fixes differ (runtime_stall_calls in lib/gaps.sql):
 - memory management: cudaFree/cudaMalloc reach the driver only when PyTorch's caching allocator
   was emptied (`torch.cuda.empty_cache()` in the loop: cudaFree also synchronises the whole
   device) or misses (fragmentation, ever-changing shapes); cudaHostAlloc when tensors are pinned
@@ -14,7 +14,7 @@ caught in the trace (context creation inside the first cudaFree, the classic cud
 module loading making a kernel's first cudaLaunchKernel take seconds): not a steady-state cost,
 so the finding says to profile after warm-up instead of pointing at the allocator.
 
-Cost: per step, the GPU idle time in gaps of cause 'runtime_stall' (see launch_gap.sql); those
+Cost: per step, the GPU idle time in gaps of cause 'runtime_stall' (see lib/gaps.sql); those
 gaps are in no other finding.
 """
 from __future__ import annotations
@@ -24,9 +24,18 @@ from typing import Any
 import duckdb
 
 from analyzers.analyses import cause_row, gap_causes, query, rounded, to_ms
-from analyzers.model import Finding
+from analyzers.model import AnalysisSpec, EvidenceSeries, Finding
 
-KIND = "runtime_stall"
+SPEC = AnalysisSpec(
+    kind="runtime_stall",
+    title="Slow CUDA runtime calls (allocator, start-up) stall the GPU",
+    evidence=EvidenceSeries("idle_ms", "GPU idle per step, every cause",
+                            "This finding counts {idle_ms_per_step:.2f} ms/step of it: the gaps slow runtime calls cover."),
+    metric_keys=frozenset({"allocator_calls_per_step", "allocator_share", "gaps_per_step",
+                           "idle_ms_per_step", "launch_share", "longest_gap_ms", "other_share",
+                           "startup_share", "top_calls"}),
+)
+KIND = SPEC.kind
 TOP_CALLS = 5
 
 # Each stalling call's share of the runtime_stall gaps it overlaps (half-open intervals). Only

@@ -1,0 +1,182 @@
+-- requires: lib/rank_balance.sql
+-- Exposed communication: collective kernel time that no compute hides,
+-- per rank, with what the collectives moved and how fast.
+--
+-- Exposed comm = union(comm kernels) minus union(compute kernels), per rank (HTA's
+-- non-overlapped communication), as rank_balance (lib/rank_balance.sql) computes it. Part of it can
+-- be waiting for a straggler: rank_balance measures that as the rank's exposure beyond the
+-- straggler's, and it is charged to rank_imbalance, not here. Bandwidths use each collective's true duration (its
+-- shortest instance across ranks, collective_instances) so that waiting does not pass for a slow
+-- link; nccl-tests' formulas: algbw = bytes / time, busbw = algbw x bus factor (lib/collectives.sql).
+--
+-- Ranks whose collectives run on gloo (CPU, collective_instances' source = 'cpu') have no comm
+-- kernels: there exposed comm is the time the training thread (the one carrying ProfilerStep#N)
+-- is blocked in communication: while a collective is in flight (its gloo:* span, on whichever
+-- gloo thread ran it) or the thread is inside a c10d op, and the thread runs no op of its own.
+-- DDP's all-reduce runs on a gloo thread while backward continues: only the wait after it counts.
+
+
+-- cpu_comm_blocked(run, in_flight): for every rank with gloo collectives, the pieces of its
+-- ProfilerSteps during which communication is in flight, and whether its training thread is
+-- blocked in it. in_flight: the NAME of a table/CTE (rank, start_ns, end_ns) of the gloo spans,
+-- collective_instances' CPU rows (passed in so a caller that has them does not match them again).
+-- Columns:
+--   rank, blocked (BOOLEAN: the thread runs none of its own ops; else comm is hidden behind them)
+--   start_ns, end_ns, dur_ns
+-- The thread's own work is its cpu_ops, except ops that issue a collective inside them (the
+-- autograd hook DDP all-reduces from, a comm hook that waits on its future): those may be waiting,
+-- so only their children count. A torch 2.13 CPU trace records no span for the wait itself
+-- (work.wait(), DDP's finalize after backward): it is the thread's silence while gloo works.
+CREATE OR REPLACE MACRO cpu_comm_blocked(run, in_flight) AS TABLE
+WITH gloo_spans AS MATERIALIZED (
+    SELECT rank, start_ns, end_ns FROM query_table(in_flight)
+), training_threads AS (
+    SELECT DISTINCT rank, pid, tid FROM events
+    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND starts_with(name, 'ProfilerStep')
+      AND rank IN (SELECT rank FROM gloo_spans)
+), thread_ops AS MATERIALIZED (
+    SELECT e.rank, e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
+           starts_with(e.name, 'c10d::') OR starts_with(e.name, '_c10d_functional::')
+               OR starts_with(e.name, 'gloo:') OR e.name = 'record_param_comms' AS is_comm
+    FROM events e
+    JOIN training_threads t ON t.rank = e.rank AND t.pid IS NOT DISTINCT FROM e.pid AND t.tid IS NOT DISTINCT FROM e.tid
+    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns > 0 AND NOT starts_with(e.name, 'ProfilerStep')
+), comm_ops AS (
+    SELECT rank AS grp, start_ns, end_ns FROM thread_ops WHERE is_comm
+), comm_starts AS (
+    SELECT rank, start_ns AS comm_start_ns FROM thread_ops WHERE is_comm
+), own_ops AS (
+    -- ops with no collective issued inside them: the next comm op starts after they end
+    SELECT o.rank AS grp, o.start_ns, o.end_ns
+    FROM (SELECT * FROM thread_ops WHERE NOT is_comm) o
+    ASOF LEFT JOIN comm_starts c ON c.rank = o.rank AND o.start_ns <= c.comm_start_ns
+    WHERE c.comm_start_ns IS NULL OR c.comm_start_ns >= o.end_ns
+), own_work AS (
+    -- what runs inside a c10d op (its allocations) is that op's, i.e. communication
+    SELECT grp, start_ns, end_ns FROM interval_subtract('own_ops', 'comm_ops')
+), comm AS (
+    SELECT rank AS grp, start_ns, end_ns FROM gloo_spans UNION ALL SELECT * FROM comm_ops
+), step_windows AS (
+    SELECT rank AS grp, start_ns, end_ns FROM steps(run) WHERE rank IN (SELECT rank FROM gloo_spans)
+), comm_in_steps AS MATERIALIZED (
+    SELECT grp, start_ns, end_ns FROM interval_intersect('comm', 'step_windows')
+)
+SELECT grp AS rank, NOT in_b AS blocked, start_ns, end_ns, end_ns - start_ns AS dur_ns
+FROM _interval_sweep('comm_in_steps', 'own_work')
+WHERE in_a;
+
+
+-- comm_exposure(run, small_bytes, host_blocked_min_ns): one row per rank with communication: GPU
+-- ranks with comm kernels, gloo ranks with ProfilerSteps (thresholds COMM_SMALL_MESSAGE_BYTES,
+-- HOST_BLOCKED_MIN_NS).
+-- Columns:
+--   rank, steps_divisor, mean_step_ns, world_size (runs.world_size)
+--   comm_source               'gpu' (NCCL/RCCL kernels) | 'cpu' (gloo: the training thread's view)
+--   comm_ns_per_step          GPU: union of comm kernels; CPU: time a collective is in flight or
+--                             the training thread is in a c10d op, within steps
+--   overlap_pct               share of comm time under compute kernels (HTA's comm/comp overlap);
+--                             CPU: under the training thread's own ops, %
+--   exposed_ns_per_step       comm time no compute overlaps (waiting included); CPU: time the
+--                             training thread is blocked in communication (cpu_comm_blocked)
+--   imbalance_wait_ns_per_step  part of it that is waiting for the straggler (rank_balance.lost_ns_per_step,
+--                             at most exposed_ns_per_step)
+--   cost_ns                   exposed_ns_per_step - imbalance_wait_ns_per_step
+--   wait_ns_per_step          in-collective wait from matched instances (evidence; may be hidden under compute)
+--   matched                   BOOLEAN: instances were matched with other ranks (waiting is known)
+--   collectives_per_step, sized_share (share of instances with a byte count)
+--   mean_msg_bytes, median_msg_bytes, small_msg_share (instances under small_bytes:
+--                             latency-bound in NCCL)
+--   bytes_per_step
+--   algbw_gbps, busbw_gbps    over all sized instances, from true durations; NULL without sizes
+--   group_size                largest group size seen
+--   worst_step                the step whose collectives take longest (true durations)
+--   worst_start_ns, worst_end_ns        first start / last end of that step's collectives (the
+--                             longest collective's window when there are no steps)
+--   comm_stream               the stream of the longest collective (the communication stream; NULL on CPU)
+--   by_collective             LIST per collective type, longest first: {collective, instances,
+--                             total_bytes, mean_bytes, true_ns, wait_ns, algbw_gbps, busbw_gbps}
+CREATE OR REPLACE MACRO comm_exposure(run, small_bytes, host_blocked_min_ns) AS TABLE
+WITH inst AS MATERIALIZED (
+    SELECT * FROM collective_instances(run)
+), comm_sources AS (
+    SELECT rank, CASE WHEN bool_or(source = 'gpu') THEN 'gpu' ELSE 'cpu' END AS comm_source FROM inst GROUP BY rank
+), gloo_spans AS (
+    SELECT rank, start_ns, end_ns FROM inst WHERE source = 'cpu'
+), cpu_blocked AS (
+    SELECT rank, sum(dur_ns) AS comm_ns, coalesce(sum(dur_ns) FILTER (WHERE blocked), 0) AS blocked_ns
+    FROM cpu_comm_blocked(run, 'gloo_spans') GROUP BY rank
+), rb AS MATERIALIZED (
+    -- GPU ranks: rank_balance's own figures; gloo ranks: the training thread's (cpu_comm_blocked)
+    SELECT b.* REPLACE (
+               CASE WHEN cs.comm_source = 'gpu' THEN b.comm_ns_per_step
+                    ELSE coalesce(cb.comm_ns, 0) / b.steps_divisor END AS comm_ns_per_step,
+               CASE WHEN cs.comm_source = 'gpu' THEN b.exposed_ns_per_step
+                    ELSE coalesce(cb.blocked_ns, 0) / b.steps_divisor END AS exposed_ns_per_step),
+           cs.comm_source
+    FROM rank_balance(run, host_blocked_min_ns) b
+    JOIN comm_sources cs ON cs.rank = b.rank
+    LEFT JOIN cpu_blocked cb ON cb.rank = b.rank
+    WHERE b.has_gpu OR cs.comm_source = 'cpu'
+), per_step AS (
+    SELECT rank, step, sum(true_dur_ns) AS true_ns, min(start_ns) AS start_ns, max(end_ns) AS end_ns
+    FROM inst WHERE step IS NOT NULL GROUP BY rank, step
+), worst AS (
+    -- the step whose collectives move data longest: where the exposure shows best
+    SELECT rank, arg_max(step, true_ns) AS worst_step, arg_max(start_ns, true_ns) AS worst_start_ns,
+           arg_max(end_ns, true_ns) AS worst_end_ns
+    FROM per_step GROUP BY rank
+), longest AS (
+    -- the longest collective: the window when there are no steps; its stream is the comm stream
+    SELECT rank, arg_max(start_ns, (dur_ns, -start_ns)) AS start_ns, arg_max(end_ns, (dur_ns, -start_ns)) AS end_ns,
+           arg_max(stream, (dur_ns, -start_ns)) AS stream
+    FROM inst GROUP BY rank
+), by_type AS (
+    SELECT rank, collective, count(*) AS instances, sum(bytes) AS total_bytes, avg(bytes) AS mean_bytes,
+           sum(true_dur_ns) AS true_ns, sum(wait_ns) FILTER (WHERE matched) AS wait_ns,
+           sum(bytes) FILTER (WHERE true_dur_ns > 0)
+               / nullif(sum(true_dur_ns) FILTER (WHERE bytes IS NOT NULL AND true_dur_ns > 0), 0) AS algbw_gbps,
+           sum(bytes * bus_factor) FILTER (WHERE true_dur_ns > 0 AND bus_factor IS NOT NULL)
+               / nullif(sum(true_dur_ns) FILTER (WHERE bus_factor IS NOT NULL AND true_dur_ns > 0), 0) AS busbw_gbps
+    FROM inst GROUP BY rank, collective
+), types AS (
+    SELECT rank, list({'collective': collective, 'instances': instances, 'total_bytes': total_bytes,
+                       'mean_bytes': mean_bytes, 'true_ns': true_ns, 'wait_ns': wait_ns,
+                       'algbw_gbps': algbw_gbps, 'busbw_gbps': busbw_gbps} ORDER BY true_ns DESC) AS by_collective
+    FROM by_type GROUP BY rank
+), sizes AS (
+    SELECT rank, count(*) AS n_instances, count(bytes) AS n_sized,
+           avg(bytes) AS mean_msg_bytes, median(bytes) AS median_msg_bytes,
+           count(*) FILTER (WHERE bytes < small_bytes) / nullif(count(bytes), 0) AS small_msg_share,
+           sum(bytes) AS total_bytes,
+           sum(bytes) FILTER (WHERE true_dur_ns > 0)
+               / nullif(sum(true_dur_ns) FILTER (WHERE bytes IS NOT NULL AND true_dur_ns > 0), 0) AS algbw_gbps,
+           sum(bytes * bus_factor) FILTER (WHERE true_dur_ns > 0 AND bus_factor IS NOT NULL)
+               / nullif(sum(true_dur_ns) FILTER (WHERE bytes IS NOT NULL AND bus_factor IS NOT NULL
+                                                  AND true_dur_ns > 0), 0) AS busbw_gbps,
+           max(group_size) AS group_size,
+           bool_or(matched) AS matched
+    FROM inst GROUP BY rank
+)
+SELECT b.rank, b.steps_divisor, b.mean_step_ns,
+       (SELECT world_size FROM runs WHERE run_id = run) AS world_size,
+       b.comm_source, b.comm_ns_per_step,
+       100.0 * (b.comm_ns_per_step - b.exposed_ns_per_step) / nullif(b.comm_ns_per_step, 0) AS overlap_pct,
+       b.exposed_ns_per_step,
+       least(b.lost_ns_per_step, b.exposed_ns_per_step) AS imbalance_wait_ns_per_step,
+       greatest(b.exposed_ns_per_step - b.lost_ns_per_step, 0) AS cost_ns,
+       b.wait_ns_per_step,
+       coalesce(s.matched, false) AS matched,
+       s.n_instances / b.steps_divisor AS collectives_per_step,
+       s.n_sized / s.n_instances AS sized_share,
+       s.mean_msg_bytes, s.median_msg_bytes, s.small_msg_share,
+       s.total_bytes / b.steps_divisor AS bytes_per_step,
+       s.algbw_gbps, s.busbw_gbps, s.group_size,
+       w.worst_step, coalesce(w.worst_start_ns, lg.start_ns) AS worst_start_ns,
+       coalesce(w.worst_end_ns, lg.end_ns) AS worst_end_ns, lg.stream AS comm_stream,
+       t.by_collective
+FROM rb b
+JOIN sizes s ON s.rank = b.rank
+LEFT JOIN worst w ON w.rank = b.rank
+LEFT JOIN longest lg ON lg.rank = b.rank
+LEFT JOIN types t ON t.rank = b.rank
+WHERE b.comm_ns_per_step > 0;

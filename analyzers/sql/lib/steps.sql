@@ -1,0 +1,159 @@
+-- requires: lib/intervals.sql
+-- Per-run views over `events` (schema.sql): table macros taking the run id as a value
+-- parameter, e.g. `SELECT * FROM gpu_activity($run_id)`. Every analysis reads these instead
+-- of raw events, so Kineto-generation differences are handled once, here.
+
+
+-- profiler_steps(run): ProfilerStep#N windows per rank, as the CPU saw them.
+-- A step annotated on several threads (or twice) keeps its widest window.
+-- Columns:
+--   run_id, rank
+--   step        INTEGER  N of ProfilerStep#N
+--   start_ns, end_ns, dur_ns
+CREATE OR REPLACE MACRO profiler_steps(run) AS TABLE
+SELECT run_id, rank,
+       CAST(regexp_extract(name, '^ProfilerStep\s*#\s*(\d+)', 1) AS INTEGER) AS step,
+       min(ts_ns) AS start_ns, max(ts_ns + dur_ns) AS end_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns
+FROM events
+WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation')
+  -- starts_with first: a cheap test that rejects the million other op names before the regex
+  AND starts_with(name, 'ProfilerStep') AND regexp_matches(name, '^ProfilerStep\s*#\s*\d+') AND dur_ns IS NOT NULL
+GROUP BY run_id, rank, step;
+
+
+-- inferred_steps(run): training iterations of the ranks WITHOUT ProfilerStep ranges (a profile
+-- taken without a schedule, torch.autograd.profiler captures, inference), found where the rank's
+-- host activity repeats. The marker that repeats, first choice first:
+--   'dataloader'  enumerate(DataLoader)#...__next__: the loop fetching its next batch
+--   'optimizer'   Optimizer.step#...: the end of each training step
+--   'op'          a top-level op (not inside another op) of the rank's main thread (the thread
+--                 with the most top-level op time) that recurs over the whole loop: of the names
+--                 whose first-to-last occurrence spans at least 90% of the widest such span, the
+--                 rarest (once per iteration), the earliest on a tie
+-- A marker must occur at least 3 times on one thread (of several threads or names, the most
+-- frequent). An iteration runs from one occurrence's start to the next one's; the first
+-- iteration (CUDA context creation, lazy module loading, the first batch) is start-up, not a
+-- step, and so are the iterations right after it that last over twice the median (at most half
+-- of them); they are left out, as is the last occurrence, which starts no complete iteration.
+-- Columns:
+--   run_id, rank
+--   step        INTEGER  the iteration's number (the first, start-up, is 0), the same on every
+--               rank that infers from the same loop
+--   start_ns, end_ns, dur_ns
+--   source      'inferred:dataloader' | 'inferred:optimizer' | 'inferred:op'
+--   marker      the name of the repeating event
+CREATE OR REPLACE MACRO inferred_steps(run) AS TABLE
+WITH stepless_ranks AS MATERIALIZED (
+    SELECT DISTINCT rank FROM events WHERE run_id = run
+    EXCEPT
+    SELECT rank FROM profiler_steps(run)
+), host_ops AS MATERIALIZED (
+    -- (a semi-join on the few step-less ranks: a run whose ranks all have ProfilerSteps reads
+    -- no op names here)
+    SELECT rank, tid, kind, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
+    FROM events
+    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation', 'python_function') AND dur_ns IS NOT NULL
+      AND rank IN (SELECT rank FROM stepless_ranks)
+), named_markers AS (
+    SELECT rank, tid, name, start_ns,
+           CASE WHEN starts_with(name, 'enumerate(DataLoader)') THEN 'dataloader' ELSE 'optimizer' END AS what
+    FROM host_ops
+    WHERE (starts_with(name, 'enumerate(DataLoader)') AND ends_with(name, '__next__'))
+       OR starts_with(name, 'Optimizer.step#')
+), named_candidates AS (
+    SELECT rank, tid, name, what, count(DISTINCT start_ns) AS occurrences, min(start_ns) AS first_ns,
+           CASE what WHEN 'dataloader' THEN 1 ELSE 2 END AS preference
+    FROM named_markers
+    GROUP BY rank, tid, name, what
+    HAVING count(DISTINCT start_ns) >= library_threshold('INFERRED_STEP_MIN_REPEATS')
+), top_level AS (
+    -- an op starting at or after the end of every earlier op of its thread is not inside one
+    -- (Python frames, which enclose everything, are left out); only ranks without a named marker
+    SELECT rank, tid, name, start_ns, end_ns
+    FROM (SELECT *, max(end_ns) OVER (PARTITION BY rank, tid ORDER BY start_ns, end_ns DESC
+                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS enclosing_end_ns
+          FROM host_ops
+          WHERE kind IN ('cpu_op', 'user_annotation') AND rank NOT IN (SELECT rank FROM named_candidates))
+    WHERE enclosing_end_ns IS NULL OR start_ns >= enclosing_end_ns
+), main_thread AS (
+    SELECT rank, arg_max(tid, busy_ns) AS tid
+    FROM (SELECT rank, tid, sum(end_ns - start_ns) AS busy_ns FROM top_level GROUP BY rank, tid)
+    GROUP BY rank
+), recurring_ops AS (
+    SELECT t.rank, t.tid, t.name, count(DISTINCT t.start_ns) AS occurrences, min(t.start_ns) AS first_ns,
+           max(t.start_ns) - min(t.start_ns) AS spread_ns
+    FROM top_level t JOIN main_thread m ON m.rank = t.rank AND m.tid IS NOT DISTINCT FROM t.tid
+    GROUP BY t.rank, t.tid, t.name
+    HAVING count(DISTINCT t.start_ns) >= library_threshold('INFERRED_STEP_MIN_REPEATS')
+), candidates AS (
+    SELECT * FROM named_candidates
+    UNION ALL
+    SELECT rank, tid, name, 'op', occurrences, first_ns, 3
+    FROM recurring_ops
+    QUALIFY spread_ns >= library_threshold('INFERRED_STEP_MIN_SPREAD_FRACTION') * max(spread_ns) OVER (PARTITION BY rank)
+), chosen AS (
+    -- named markers: the most frequent; top-level ops: the rarest recurring one
+    SELECT rank, tid, name, what
+    FROM candidates
+    QUALIFY row_number() OVER (PARTITION BY rank ORDER BY preference,
+                               CASE WHEN what = 'op' THEN occurrences ELSE -occurrences END, first_ns, name) = 1
+), occurrences AS (
+    SELECT DISTINCT h.rank, c.what, c.name, h.start_ns
+    FROM host_ops h JOIN chosen c ON c.rank = h.rank AND c.tid IS NOT DISTINCT FROM h.tid AND c.name = h.name
+), iterations AS (
+    SELECT * FROM (
+        SELECT rank, what, name, start_ns,
+               lead(start_ns) OVER (PARTITION BY rank ORDER BY start_ns) AS end_ns,
+               row_number() OVER (PARTITION BY rank ORDER BY start_ns) - 1 AS step
+        FROM occurrences)
+    WHERE end_ns IS NOT NULL AND step >= 1
+), start_up AS (
+    -- iterations right after the first that still last over twice the rank's median iteration
+    -- (first collectives connecting, allocator and autotuning warming up) are start-up too; at
+    -- most half of them
+    SELECT *, bool_and(end_ns - start_ns > library_threshold('START_UP_ITERATION_MEDIANS') * median_ns) OVER (PARTITION BY rank ORDER BY step
+                                                                 ROWS UNBOUNDED PRECEDING)
+                  AND step <= n_iterations / 2 AS is_start_up
+    FROM (SELECT *, median(end_ns - start_ns) OVER (PARTITION BY rank) AS median_ns,
+                 count(*) OVER (PARTITION BY rank) AS n_iterations
+          FROM iterations)
+)
+SELECT run AS run_id, rank, CAST(step AS INTEGER) AS step, start_ns, end_ns, end_ns - start_ns AS dur_ns,
+       'inferred:' || what AS source, name AS marker
+FROM start_up
+WHERE NOT is_start_up;
+
+
+-- steps(run): the steps every cost is per: a rank's ProfilerStep#N windows where it has them,
+-- else its inferred iterations (inferred_steps); a rank with neither has no steps.
+-- Columns:
+--   run_id, rank
+--   step        INTEGER  N of ProfilerStep#N, or the inferred iteration's number
+--   start_ns, end_ns, dur_ns
+--   source      'profiler_step' | 'inferred:dataloader' | 'inferred:optimizer' | 'inferred:op'
+--   marker      the repeating event's name (NULL for ProfilerSteps)
+CREATE OR REPLACE MACRO steps(run) AS TABLE
+SELECT *, 'profiler_step' AS source, NULL::VARCHAR AS marker FROM profiler_steps(run)
+UNION ALL BY NAME
+SELECT * FROM inferred_steps(run);
+
+
+-- step_range(run): per rank with steps (steps(run): ProfilerSteps or inferred iterations), from
+-- the start of its first step to the end of its last. Costs "per step" count only what lies inside (warm-up work before the first step,
+-- a checkpoint after the last one, are no step's time).
+-- Columns: rank, start_ns, end_ns
+CREATE OR REPLACE MACRO step_range(run) AS TABLE
+SELECT rank, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM steps(run) GROUP BY rank;
+
+
+-- in_step_range(run, tbl): the rows of table/CTE `tbl` (any columns, with rank, start_ns,
+-- end_ns) clipped to their rank's step_range; rows wholly outside it are dropped, rows of ranks
+-- without steps pass unchanged. Adds has_steps (BOOLEAN). A dur_ns column is NOT updated.
+CREATE OR REPLACE MACRO in_step_range(run, tbl) AS TABLE
+SELECT * FROM (
+    SELECT i.* REPLACE (greatest(i.start_ns, coalesce(r.start_ns, i.start_ns)) AS start_ns,
+                        least(i.end_ns, coalesce(r.end_ns, i.end_ns)) AS end_ns),
+           r.rank IS NOT NULL AS has_steps
+    FROM query_table(tbl) i LEFT JOIN step_range(run) r ON r.rank = i.rank
+)
+WHERE end_ns > start_ns;

@@ -1,0 +1,81 @@
+-- requires: lib/gpu_steps.sql lib/gpu_activity.sql
+-- Where each step's time went on the GPU, and its mean per rank: what the Overview, Ranks,
+-- Compare and report charts draw.
+
+
+-- step_breakdown(run): one row per rank and GPU-clock step (gpu_steps).
+-- GPU activity is clipped to the window (the window decides what belongs to a step, so
+-- gpu_activity.counted, HTA's rule for work outside the profiled steps, is not applied) and every
+-- instant of the window is counted once, in priority compute > communication > memory > idle,
+-- with gpu_activity's categories. So the four parts add up to the step, and the communication
+-- part is the communication no compute hides on this rank (waiting for another rank included).
+-- Columns (ns):
+--   rank, step (NULL for a rank's pseudo-step), start_ns, end_ns, step_ns, clock (gpu_steps.clock)
+--   compute_ns, comm_exposed_ns, memory_ns, idle_ns   the four parts of step_ns
+--   comm_ns       all communication in the step, hidden or not
+--   gpu_busy_ns   compute_ns + comm_exposed_ns + memory_ns
+CREATE OR REPLACE MACRO step_breakdown(run) AS TABLE
+WITH windows AS (
+    SELECT rank, step, start_ns AS t0, end_ns AS t1, clock FROM gpu_steps(run)
+), gpu AS (
+    SELECT rank, category, start_ns, end_ns FROM gpu_activity(run) WHERE end_ns > start_ns
+), placed AS (
+    -- nearly all activity lies inside the window where it starts (an ASOF join, fast); only the
+    -- rest (crossing a boundary, or outside every window) takes the interval-overlap join below
+    SELECT g.rank, g.category, g.start_ns, g.end_ns, w.step,
+           w.t0 IS NOT NULL AND g.start_ns < w.t1 AND g.end_ns <= w.t1 AS inside
+    FROM gpu g ASOF LEFT JOIN windows w ON w.rank = g.rank AND g.start_ns >= w.t0
+), clipped AS (
+    SELECT rank, step, category, start_ns AS s, end_ns AS e FROM placed WHERE inside
+    UNION ALL
+    SELECT w.rank, w.step, p.category, greatest(p.start_ns, w.t0), least(p.end_ns, w.t1)
+    FROM (SELECT * FROM placed WHERE NOT inside) p
+    JOIN windows w ON p.rank = w.rank AND p.start_ns < w.t1 AND p.end_ns > w.t0
+), edges AS (
+    -- sweep line: +1 where an interval of a category starts, -1 where it ends
+    SELECT rank, step, t, sum(d_compute) AS d_compute, sum(d_comm) AS d_comm, sum(d_memory) AS d_memory
+    FROM (
+        SELECT rank, step, s AS t, (category = 'compute')::INT AS d_compute,
+               (category = 'comm')::INT AS d_comm, (category = 'memory')::INT AS d_memory
+        FROM clipped
+        UNION ALL
+        SELECT rank, step, e, -(category = 'compute')::INT, -(category = 'comm')::INT, -(category = 'memory')::INT
+        FROM clipped
+    )
+    GROUP BY ALL
+), segments AS (
+    SELECT rank, step,
+           lead(t) OVER by_time - t AS len,
+           sum(d_compute) OVER running AS n_compute,
+           sum(d_comm) OVER running AS n_comm,
+           sum(d_memory) OVER running AS n_memory
+    FROM edges
+    WINDOW by_time AS (PARTITION BY rank, step ORDER BY t),
+           running AS (PARTITION BY rank, step ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+), parts AS (
+    SELECT rank, step,
+           coalesce(sum(len) FILTER (WHERE n_compute > 0), 0) AS compute_ns,
+           coalesce(sum(len) FILTER (WHERE n_compute = 0 AND n_comm > 0), 0) AS comm_exposed_ns,
+           coalesce(sum(len) FILTER (WHERE n_compute = 0 AND n_comm = 0 AND n_memory > 0), 0) AS memory_ns,
+           coalesce(sum(len) FILTER (WHERE n_comm > 0), 0) AS comm_ns
+    FROM segments WHERE len > 0
+    GROUP BY ALL
+)
+SELECT w.rank, w.step, w.t0 AS start_ns, w.t1 AS end_ns, w.t1 - w.t0 AS step_ns, w.clock,
+       coalesce(p.compute_ns, 0) AS compute_ns,
+       coalesce(p.comm_exposed_ns, 0) AS comm_exposed_ns,
+       coalesce(p.memory_ns, 0) AS memory_ns,
+       (w.t1 - w.t0) - coalesce(p.compute_ns + p.comm_exposed_ns + p.memory_ns, 0) AS idle_ns,
+       coalesce(p.comm_ns, 0) AS comm_ns,
+       coalesce(p.compute_ns + p.comm_exposed_ns + p.memory_ns, 0) AS gpu_busy_ns
+FROM windows w LEFT JOIN parts p ON p.rank = w.rank AND p.step IS NOT DISTINCT FROM w.step;
+
+
+-- rank_step_breakdown(run): step_breakdown's mean per rank (the parts still add up to step_ns).
+-- Columns: rank, steps, step_ns, compute_ns, comm_exposed_ns, memory_ns, idle_ns, comm_ns (means, ns)
+CREATE OR REPLACE MACRO rank_step_breakdown(run) AS TABLE
+SELECT rank, count(*) AS steps, avg(step_ns) AS step_ns, avg(compute_ns) AS compute_ns,
+       avg(comm_exposed_ns) AS comm_exposed_ns, avg(memory_ns) AS memory_ns, avg(idle_ns) AS idle_ns,
+       avg(comm_ns) AS comm_ns
+FROM step_breakdown(run)
+GROUP BY rank;
