@@ -94,7 +94,9 @@ def show_script_error(exc: BaseException) -> bool:
 
 if __name__ == "__main__":   # the entry script, run by Streamlit on every click
     main()
-else:   # imported by `streamlit run` (or an ASGI server): the server app
+elif __name__ != "__mp_main__":   # imported by `streamlit run` (or an ASGI server): the server app
+    # (__mp_main__: a multiprocessing child of a process that ran this script re-imports it; it
+    # must not build a server, nor refuse to start one)
     from streamlit import config as _config
     from streamlit.starlette import App
 
