@@ -30,7 +30,8 @@ with right:
     for rank, group in steps.groupby("rank"):
         fig.add_scatter(x=[charts.step_label(s) for s in group["step"]], y=group["comm_exposed_ms"],
                         mode="lines+markers", name=f"rank {rank}")
-    fig.update_layout(title="Exposed communication per step (ms)", yaxis_title="ms", height=300, **charts.LAYOUT)
+    fig.update_layout(title="Communication no compute hides, per step (ms; waiting for other ranks included)",
+                      yaxis_title="ms", height=300, **charts.LAYOUT)
     fig.update_yaxes(rangemode="tozero")
     st.plotly_chart(fig, width="stretch", key="exposed")
 
@@ -62,6 +63,7 @@ ui.table(coll,
     "wait_ms": st.column_config.NumberColumn("waiting ms", format="%.3f"),
     "algbw_gbps": st.column_config.NumberColumn("algbw GB/s", format="%.2f"),
     "busbw_gbps": st.column_config.NumberColumn("busbw GB/s", format="%.2f", help="from the transfer time"),
+    "group_size": st.column_config.NumberColumn("ranks in group", format="%d"),
     "measured_busbw_gbps": st.column_config.NumberColumn("busbw incl. waiting", format="%.2f",
                                                          help="from the kernel's own duration, waiting included"),
 })
