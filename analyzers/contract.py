@@ -1,5 +1,6 @@
 """The CLI contract's shape of a finding (README: `analyze --format json`): the one serializer,
-used for stored findings (the report, the CLI) and for findings just computed (tests, the API).
+used for stored findings (the report, the CLI) and for findings just computed
+(analyzers.findings.computed_finding_contract).
 
 Trace names inside are clipped (analyzers.safe_text): a 200 KB op name must not make a 200 KB
 report, nor a finding stored by an older version that did not clip them.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from analyzers.model import Finding
 from analyzers.safe_text import SUMMARY_LIMIT, clip
 
 
@@ -82,20 +82,3 @@ def finding_contract(f: Mapping[str, Any]) -> dict[str, Any]:
         # the team's review mark (to_fix / fixed / wont_fix and a note), None when unmarked
         "review": {"status": f["mark_status"], "note": f["mark_note"]} if f.get("mark_status") else None,
     }
-
-
-def computed_finding_contract(finding: Finding, trace: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A Finding an analysis just made (not yet stored, so not reviewed), in the contract's shape;
-    trace: its run's RunCosts as a dict (what the trace can show decides which fixes apply)."""
-    from analyzers.findings import fix_verdicts
-
-    ruled_out, unknown = fix_verdicts(finding.kind, list(finding.fix_ids), finding.metrics, trace)
-    return finding_contract({
-        "id": finding.finding_id, "kind": finding.kind, "severity": finding.severity, "rank": finding.rank,
-        "ranks": finding.ranks, "caused_by": finding.caused_by,
-        "step": finding.step, "stream": finding.stream, "start_ns": finding.t_start_ns, "end_ns": finding.t_end_ns,
-        "cost_ms_per_step": finding.cost_ns / 1e6, "cost_pct": finding.cost_pct, "summary": finding.summary,
-        "metrics": finding.metrics, "fixes": finding.fix_ids,
-        "fixes_ruled_out": ruled_out, "fixes_unknown": unknown,
-        "mark_status": None, "mark_note": None,
-    })

@@ -24,7 +24,7 @@ import duckdb
 
 from analyzers import thresholds as th
 from analyzers.metrics import rank_breakdown_rows
-from analyzers.contract import clip_strings
+from analyzers.contract import clip_strings, finding_contract
 from analyzers.integrity import integrity_notes
 from analyzers.analyses import analysis_modules, analysis_specs, gap_causes
 from analyzers.model import Finding
@@ -329,12 +329,13 @@ def store_findings(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[F
         con.execute("DELETE FROM findings WHERE run_id = ?", [run_id])
         if findings:
             con.executemany(
-                "INSERT INTO findings (run_id, finding_id, kind, severity, rank, ranks, caused_by, step, stream, "
-                "t_start_ns, t_end_ns, cost_ns, cost_pct, metrics, fix_ids, summary) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [[run_id, f.finding_id, f.kind, f.severity, f.rank, list(f.ranks), f.caused_by, f.step, f.stream,
-                  f.t_start_ns, f.t_end_ns, f.cost_ns, f.cost_pct, json.dumps(f.metrics), list(f.fix_ids), f.summary]
-                 for f in findings])
+                "INSERT INTO findings (run_id, finding_id, kind, severity, rank, ranks, caused_by, position, step, "
+                "stream, t_start_ns, t_end_ns, cost_ns, cost_pct, metrics, fix_ids, summary) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [[run_id, f.finding_id, f.kind, f.severity, f.rank, list(f.ranks), f.caused_by, position, f.step,
+                  f.stream, f.t_start_ns, f.t_end_ns, f.cost_ns, f.cost_pct, json.dumps(f.metrics), list(f.fix_ids),
+                  f.summary]
+                 for position, f in enumerate(findings)])
         _carry_marks_to_root_causes(con, run_id)
         con.execute("UPDATE runs SET analysis_version = ?, analysis_summary = ? WHERE run_id = ?",
                     [analysis_version(), None if costs is None else json.dumps(costs.to_dict()), run_id])
@@ -439,3 +440,18 @@ def analysis_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     if rows or analysis_is_current(con, run_id):
         return [r[0] for r in rows]
     return run_notes(con, run_id)
+
+
+def computed_finding_contract(finding: Finding, trace: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A Finding an analysis just made (not yet stored, so not reviewed), in the contract's shape;
+    trace: its run's RunCosts as a dict (what the trace can show decides which fixes apply)."""
+    ruled_out, unknown = fix_verdicts(finding.kind, list(finding.fix_ids), finding.metrics, trace)
+    return finding_contract({
+        "id": finding.finding_id, "kind": finding.kind, "severity": finding.severity, "rank": finding.rank,
+        "ranks": finding.ranks, "caused_by": finding.caused_by,
+        "step": finding.step, "stream": finding.stream, "start_ns": finding.t_start_ns, "end_ns": finding.t_end_ns,
+        "cost_ms_per_step": finding.cost_ns / 1e6, "cost_pct": finding.cost_pct, "summary": finding.summary,
+        "metrics": finding.metrics, "fixes": finding.fix_ids,
+        "fixes_ruled_out": ruled_out, "fixes_unknown": unknown,
+        "mark_status": None, "mark_note": None,
+    })

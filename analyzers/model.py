@@ -54,6 +54,9 @@ class AnalysisSpec:
     evidence: EvidenceSeries
     metric_keys: frozenset[str]      # every key its findings' metrics may carry
     measured_without_gpu: bool = False   # costed on CPU-only traces too (absence there means 0)
+    # the idle-gap cause (lib/gaps.sql) whose GPU idle this kind costs, for the kinds that cost
+    # one: a rank's own stall of such a kind can make it the straggler
+    gap_cause: str | None = None
 
 
 @dataclass

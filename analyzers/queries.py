@@ -206,11 +206,9 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str, raw: bool = False) -> 
         SELECT f.finding_id, f.kind, f.severity, f.rank, f.ranks, f.caused_by, f.step, f.stream, f.t_start_ns,
                f.t_end_ns, f.cost_ns, f.cost_pct, f.summary, f.metrics::VARCHAR, f.fix_ids, m.status, m.note
         FROM findings f LEFT JOIN finding_marks m USING (run_id, finding_id)
-        LEFT JOIN findings c ON c.run_id = f.run_id AND c.finding_id = f.caused_by
         WHERE f.run_id = $run_id
-        -- analyzers.root_causes.order_findings' order: each cause by cost, its consequence after it
-        ORDER BY coalesce(c.cost_ns, f.cost_ns) DESC NULLS LAST, coalesce(c.cost_pct, f.cost_pct) DESC NULLS LAST,
-                 coalesce(c.finding_id, f.finding_id), c.finding_id IS NOT NULL, f.finding_id
+        -- the order analyze_run stored (root_causes.order_findings); by cost for older stores
+        ORDER BY f.position NULLS LAST, f.cost_ns DESC NULLS LAST, f.finding_id
         """,
         {"run_id": run_id},
     ).fetchall()

@@ -12,16 +12,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
+from analyzers.analyses import analysis_specs
 from analyzers.contract import rank_list
 from analyzers.model import Finding
 
-# Kinds whose finding on the straggler's own rank can explain why it is late.
-STRAGGLER_CAUSE_KINDS = ("dataloader_stall", "h2d_stall", "host_sync", "runtime_stall", "launch_gap")
 # Kinds already about the whole job (one finding across ranks by construction).
 CROSS_RANK_KINDS = ("rank_imbalance",)
-# Which idle-gap cause (lib/gaps.sql) each idle-type kind costs.
-GAP_CAUSE_KIND = {"dataloader": "dataloader_stall", "h2d_copy": "h2d_stall", "host_sync": "host_sync",
-                  "runtime_stall": "runtime_stall", "launch_bound": "launch_gap"}
+
+
+def gap_cause_kinds() -> dict[str, str]:
+    """{idle-gap cause (lib/gaps.sql): the kind that costs it} (AnalysisSpec.gap_cause). A finding
+    of such a kind on the straggler's own rank (its loader, copies, syncs, launches) can explain
+    why it is late."""
+    return {spec.gap_cause: kind for kind, spec in analysis_specs().items() if spec.gap_cause}
 
 
 def per_rank_costs(finding: Finding) -> dict[int, float]:
@@ -62,15 +65,16 @@ def group_across_ranks(findings: list[Finding]) -> list[Finding]:
 
 def link_consequences(findings: list[Finding], explained_fraction: float, titles: Mapping[str, str]) -> None:
     """Name the cause of the straggler finding when the straggler's own finding explains it: a
-    kind of STRAGGLER_CAUSE_KINDS costing the straggler at least explained_fraction of the
+    kind of gap_cause_kinds() costing the straggler at least explained_fraction of the
     imbalance's cost more than it costs the other ranks on average (a stall every rank has does
     not make one rank late)."""
     straggler_findings = [f for f in findings if f.kind == "rank_imbalance" and f.rank is not None]
+    stall_kinds = set(gap_cause_kinds().values())
     for straggler in straggler_findings:
         waiting = {int(r) for r in (straggler.metrics.get("lost_ms_per_step_by_rank") or {})} - {straggler.rank}
         best, best_excess = None, 0.0
         for candidate in findings:
-            if candidate.kind not in STRAGGLER_CAUSE_KINDS:
+            if candidate.kind not in stall_kinds:
                 continue
             costs = per_rank_costs(candidate)
             if straggler.rank not in costs:
@@ -128,6 +132,7 @@ def run_costs(findings: list[Finding], step_ns_by_rank: Mapping[int, float | Non
     steps = [s for s in step_ns_by_rank.values() if s]
     step_ns = sum(steps) / len(steps) if steps else None
     root = sum(f.cost_ns for f in findings if not f.caused_by)
+    kind_of_cause = gap_cause_kinds()
     reported: dict[int, set[str]] = {}
     for f in findings:
         for rank in per_rank_costs(f):
@@ -135,7 +140,7 @@ def run_costs(findings: list[Finding], step_ns_by_rank: Mapping[int, float | Non
     unexplained: dict[int, float] = {}
     for row in gap_rows:
         rank = row["rank"]
-        kind = GAP_CAUSE_KIND.get(row["cause"])
+        kind = kind_of_cause.get(row["cause"])
         if kind is None or kind not in reported.get(rank, set()):
             unexplained[rank] = unexplained.get(rank, 0.0) + row["idle_ns"] / max(steps_divisor.get(rank, 1), 1)
     gpu_ranks = {row["rank"] for row in gap_rows}

@@ -67,6 +67,7 @@ CREATE TABLE IF NOT EXISTS findings (
     rank        INTEGER,           -- the worst (or only) rank; NULL when the finding is about the whole run
     ranks       INTEGER[],         -- every rank the cause shows on (per-rank figures in metrics.per_rank)
     caused_by   VARCHAR,           -- a consequence: the finding_id of its cause (its cost is not counted again)
+    position    INTEGER,           -- its place in the run's list: root causes by cost, each consequence after its cause
     step        INTEGER,           -- ProfilerStep number where it is worst, NULL when spread over all
     stream      INTEGER,
     t_start_ns  BIGINT,            -- the window that shows it best

@@ -188,7 +188,8 @@ _RENAMED_COLUMNS = (("runs", "sha256", "content_hash"), ("ranks", "file_sha256",
 # Columns added since stores were first written: (table, column, type). CREATE TABLE IF NOT EXISTS
 # leaves an older table as it is, so they are added here.
 _ADDED_COLUMNS = (("runs", "analysis_version", "VARCHAR"), ("runs", "analysis_summary", "JSON"),
-                  ("findings", "ranks", "INTEGER[]"), ("findings", "caused_by", "VARCHAR"))
+                  ("findings", "ranks", "INTEGER[]"), ("findings", "caused_by", "VARCHAR"),
+                  ("findings", "position", "INTEGER"))
 
 
 def _add_columns(con: duckdb.DuckDBPyConnection) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from analysis_support import hand_written_store
-from analyzers.contract import computed_finding_contract
+from analyzers.findings import computed_finding_contract
 from analyzers.analyses.fp32_matmul import short_name, tensor_cores, tf32_capable
 from analyzers.findings import run_analyses
 from test_launch_gap import US, ev, launch

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from analyzers.contract import computed_finding_contract
+from analyzers.findings import computed_finding_contract
 from analyzers.findings import analyze_run
 from analyzers.model import FileError
 from analyzers.report import build_report, render_html, render_markdown

@@ -7,7 +7,7 @@ import contextlib
 import pytest
 
 import analyzers.findings as findings_module
-from analyzers.contract import computed_finding_contract
+from analyzers.findings import computed_finding_contract
 from analyzers import thresholds as th
 from analyzers.ingest import ingest_paths
 from analyzers.sqlrun import CACHED_VIEWS, ensure_loaded, run_cache

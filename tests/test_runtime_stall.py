@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzers.contract import computed_finding_contract
+from analyzers.findings import computed_finding_contract
 from analyzers.findings import run_analyses
 from analyzers.store import connect
 from analysis_support import hand_written_store

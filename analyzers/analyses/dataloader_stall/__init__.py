@@ -23,6 +23,7 @@ SPEC = AnalysisSpec(
     metric_keys=frozenset({"gpu", "idle_ms_per_step", "loader", "longest_wait_ms", "num_workers",
                            "step_time_ms", "wait_ms_per_step", "wait_pct_of_step"}),
     measured_without_gpu=True,
+    gap_cause="dataloader",
 )
 KIND = SPEC.kind
 
@@ -55,7 +56,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
         if wait_pct < ctx.thresholds["DATALOADER_MIN_PCT"]:
             continue
         if info.has_gpu:
-            row = cause_row(causes, rank, "dataloader")
+            row = cause_row(causes, rank, SPEC.gap_cause)
             if row is None:
                 continue    # the GPU had queued work through every wait: nothing lost
             cost_ns = row["idle_ns"] / per_step

@@ -25,6 +25,7 @@ SPEC = AnalysisSpec(
                            "largest_copy_mb", "link_gbps", "link_share", "mb_per_step",
                            "pageable_gbps", "pageable_share", "pinned_gbps",
                            "sync_copies_per_step"}),
+    gap_cause="h2d_copy",
 )
 KIND = SPEC.kind
 
@@ -41,7 +42,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
         if info is None:
             continue
         per_step = info.steps_divisor
-        blocked = cause_row(causes, rank, "h2d_copy")
+        blocked = cause_row(causes, rank, SPEC.gap_cause)
         blocked_ns = (blocked["idle_ns"] if blocked else 0) / per_step
         exposed_ns = row["exposed_ns"] / per_step
         cost_ns = exposed_ns + blocked_ns

@@ -20,6 +20,7 @@ SPEC = AnalysisSpec(
                             "This finding counts {idle_ms_per_step:.2f} ms/step of it: the gaps that began while the CPU was blocked in a synchronisation."),
     metric_keys=frozenset({"gaps_per_step", "idle_ms_per_step", "longest_gap_ms", "syncs_per_step",
                            "top_callers"}),
+    gap_cause="host_sync",
 )
 KIND = SPEC.kind
 
@@ -45,7 +46,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
     callers = query(con, _CALLERS_SQL, [run_id, run_id])
     findings = []
     for rank in ctx.gpu_ranks():
-        row = cause_row(causes, rank, "host_sync")
+        row = cause_row(causes, rank, SPEC.gap_cause)
         if row is None:
             continue
         per_step = ctx.ranks[rank].steps_divisor

@@ -28,6 +28,7 @@ SPEC = AnalysisSpec(
                            "queued_idle_ms_per_step", "short_kernel_share", "slow_launch_calls",
                            "syncs_per_step", "tiny_kernel_runs_per_step", "tiny_kernel_share",
                            "tiny_run_overhead_ms_per_step", "tiny_run_top_kernel"}),
+    gap_cause="launch_bound",
 )
 KIND = SPEC.kind
 
@@ -49,7 +50,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
                                               [run_id])}
     findings = []
     for rank in ctx.gpu_ranks():
-        row = cause_row(causes, rank, "launch_bound")
+        row = cause_row(causes, rank, SPEC.gap_cause)
         if row is None:
             continue
         info = ctx.ranks[rank]

@@ -34,6 +34,7 @@ SPEC = AnalysisSpec(
     metric_keys=frozenset({"allocator_calls_per_step", "allocator_share", "gaps_per_step",
                            "idle_ms_per_step", "launch_share", "longest_gap_ms", "other_share",
                            "startup_share", "top_calls"}),
+    gap_cause="runtime_stall",
 )
 KIND = SPEC.kind
 TOP_CALLS = 5
@@ -66,7 +67,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
     if not ctx.has_gpu:
         return []
     causes = gap_causes(con, run_id, ctx)
-    stalled = [rank for rank in ctx.gpu_ranks() if cause_row(causes, rank, KIND) is not None]
+    stalled = [rank for rank in ctx.gpu_ranks() if cause_row(causes, rank, SPEC.gap_cause) is not None]
     if not stalled:
         return []   # the per-call split re-reads the gaps: only when there is something to split
     t = ctx.thresholds
@@ -75,7 +76,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
                                     int(t["RUNTIME_STARTUP_CALL_NS"])])
     findings = []
     for rank in stalled:
-        row = cause_row(causes, rank, KIND)
+        row = cause_row(causes, rank, SPEC.gap_cause)
         per_step = ctx.ranks[rank].steps_divisor
         cost_ns = row["idle_ns"] / per_step
         mine = [c for c in calls if c["rank"] == rank]
