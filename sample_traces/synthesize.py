@@ -11,7 +11,11 @@ The ground truth is measured on the model's own timeline, not re-derived from th
 GPU op remembers why the host issued it late (its `cause`), so each GPU idle gap is charged to the
 problem that caused it; every collective knows when the last rank arrived, so waiting is
 separated from transfer exactly. The spike_step scenario plants no problem: one rank slow in one
-step is a step outlier, which no analysis may report as a straggler or anything else.
+step is a step outlier, which no analysis may report as a straggler or anything else. Nor do the
+trace-integrity scenarios: cuda_graph (kernels replayed by one cudaGraphLaunch), graph_capture (the
+GPU idle while the host captures a graph), exposed_comm_classic_nccl (NCCL's older ncclKernel_*
+names) and clock_skew (one rank's timestamps running ahead); each must get its note, if any, and
+the figures of the job it varies.
 
     from sample_traces.synthesize import synthesize
     truth = synthesize("/tmp/t", "straggler", world_size=4, steps=5, seed=0)
@@ -76,6 +80,10 @@ ELEMENTWISE_KERNEL = ("void at::native::vectorized_elementwise_kernel<4, "
                       "(int, at::native::BinaryFunctor<float, float, float, "
                       "at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 3>)")
 NCCL_ALLREDUCE_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+# The same all-reduce as NCCL before 2.19 names its kernel (HTA's ^nccl.*Kernel matches both)
+NCCL_CLASSIC_ALLREDUCE_KERNEL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+# clock_skew scenario: how far the skewed rank's clock runs ahead of the others' (NTP-grade hosts)
+CLOCK_SKEW_NS = 30 * MS
 # spike_step scenario: the one slow step (the 4th recorded, or the last of fewer) and its extra GPU time
 SPIKE_STEP_INDEX = 3
 SPIKE_NS = 42 * MS
@@ -136,6 +144,14 @@ class Workload:
     malloc_ns: int = 1 * MS             # host time in one cudaMalloc of a fresh segment
     spike_step: int | None = None       # ProfilerStep#N in which this rank's GPU runs slow (throttled)
     spike_ns: int = 0                   # extra GPU time of that step, spread over its GEMMs
+    nccl_kernel: str = NCCL_ALLREDUCE_KERNEL   # the kernel every all-reduce launches
+    # CUDA graph of the per_param optimizer loop: in ProfilerStep#N (this) the loop's launches are
+    # captured (they record work, nothing runs), the graph is instantiated and replayed; every
+    # later step replays it with one cudaGraphLaunch. None: the loop launches op by op.
+    optimizer_graph_step: int | None = None
+    graph_instantiate_ns: int = 4 * MS  # host time in cudaGraphInstantiate
+    graph_launch_cpu_ns: int = 12 * US  # host time in one cudaGraphLaunch
+    graph_node_gap_ns: int = 2 * US     # GPU time between two kernels a graph replays back to back
 
 
 @dataclass
@@ -146,6 +162,7 @@ class Scenario:
     workload: Workload
     per_rank: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> Workload overrides
     planted: list[dict[str, Any]] = field(default_factory=list)          # kind, rank(s), design size
+    clock_offset_ns: dict[int, int] = field(default_factory=dict)        # rank -> how far its clock runs ahead
 
 
 def _scenarios(world_size: int | None, first_step: int = 10, steps: int = 5) -> dict[str, Scenario]:
@@ -158,6 +175,12 @@ def _scenarios(world_size: int | None, first_step: int = 10, steps: int = 5) -> 
     straggler_rank = straggler_ws - 2 if straggler_ws > 2 else straggler_ws - 1
     all_ws = ws or 4
     all_straggler = all_ws - 1
+    skew_ws = ws or 4
+    skew_rank = skew_ws - 2 if skew_ws > 2 else skew_ws - 1
+    # cuda_graph / graph_capture: the control's job with a per-parameter optimizer loop (512 tiny
+    # kernels, launch-bound when launched one by one) captured into a CUDA graph
+    graphed = replace(base, optimizer="per_param", params_split=16)
+    exposed = replace(base, comm="after_backward", params_split=8)
     churn = replace(base, empty_cache_frees=3, free_ns=300 * US, malloc_layers=3, malloc_ns=1 * MS)
     # allocator_churn: the GPU idles through the frees and the loader after them (one gap), all
     # through the first cudaMalloc, and through what of each later one outlasts the layer (GEMM +
@@ -203,9 +226,34 @@ def _scenarios(world_size: int | None, first_step: int = 10, steps: int = 5) -> 
                       "design_ns_per_step": int(base.gemm_ns * 0.3) * 3 * base.layers}]),
         "exposed_comm": Scenario(
             "exposed_comm", "gradients all-reduced per tensor after backward, nothing overlaps",
-            ws or 2, replace(base, comm="after_backward", params_split=8),
+            ws or 2, exposed,
             planted=[{"kind": "comm_exposed",
                       "design": "64 all-reduces of 2 MiB (256 KiB for layer 0) serialised after backward"}]),
+        "exposed_comm_classic_nccl": Scenario(
+            "exposed_comm_classic_nccl", "exposed_comm with NCCL < 2.19's kernel names (ncclKernel_* "
+                                         "instead of ncclDevKernel_*): the same job, the same figures",
+            ws or 2, replace(exposed, nccl_kernel=NCCL_CLASSIC_ALLREDUCE_KERNEL),
+            planted=[{"kind": "comm_exposed",
+                      "design": "64 all-reduces of 2 MiB (256 KiB for layer 0) serialised after backward"}]),
+        "cuda_graph": Scenario(
+            "cuda_graph", "the control with a per-parameter optimizer loop (512 kernels of 3 us) captured "
+                          "into a CUDA graph before profiling: one cudaGraphLaunch per step replays it",
+            ws or 2, replace(graphed, optimizer_graph_step=first_step - 1),
+            # GPU work queued by one call, not a problem: no analysis may report its gaps
+            planted=[{"kind": "graph_replay", "kernels_per_step": 4 * graphed.layers * graphed.params_split}]),
+        "graph_capture": Scenario(
+            "graph_capture", f"cuda_graph with the capture in the first recorded step (ProfilerStep#{first_step}): "
+                             "512 launches recorded into the graph, instantiated, then replayed",
+            ws or 2, replace(graphed, optimizer_graph_step=first_step),
+            # the GPU idles while the host captures: a one-off set-up cost, no finding's
+            planted=[{"kind": "graph_capture", "step": first_step,
+                      "launches_captured": 4 * graphed.layers * graphed.params_split}]),
+        "clock_skew": Scenario(
+            "clock_skew", f"the control on {skew_ws} ranks with rank {skew_rank}'s clock "
+                          f"{CLOCK_SKEW_NS // MS} ms ahead of the others'",
+            skew_ws, base, clock_offset_ns={skew_rank: CLOCK_SKEW_NS},
+            # the job is balanced; only its timestamps disagree
+            planted=[{"kind": "clock_skew", "rank": skew_rank, "offset_ns": CLOCK_SKEW_NS}]),
         "allocator_churn": Scenario(
             "allocator_churn", "torch.cuda.empty_cache() ends every step: 3 cudaFree (the first waits "
                                "for the device), then cudaMalloc before each of the first 3 forward layers",
@@ -289,6 +337,7 @@ class RankModel:
         self.pending_cause: str | None = None
         self.step = -1
         self.step_windows: list[tuple[int, int, int]] = []
+        self.clock_offset_ns = 0          # added to every timestamp written (a host clock running ahead)
 
     def keep_only_steps_from(self, first_step: int) -> None:
         """Drop the warm-up: what a profiler schedule(wait, warmup, active) does not record."""
@@ -326,8 +375,10 @@ class RankModel:
     def _external(self) -> int:
         return self.ext_stack[-1] if self.ext_stack else 0
 
-    def _runtime(self, name: str, start: int, end: int, correlation: int | None, cbid: int) -> None:
-        args: dict[str, Any] = {"External id": self._external(), "cbid": cbid}
+    def _runtime(self, name: str, start: int, end: int, correlation: int | None, cbid: int | None) -> None:
+        args: dict[str, Any] = {"External id": self._external()}
+        if cbid is not None:
+            args["cbid"] = cbid
         if correlation is not None:
             args["correlation"] = correlation
         self.events.append(({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": self.pid,
@@ -441,12 +492,48 @@ class RankModel:
                 t = self.cpu
                 self.cpu += 2 * US
                 self._runtime("cudaEventRecord", t, self.cpu, None, 157)
-                op = self.launch(NCCL_ALLREDUCE_KERNEL, 0, stream=NCCL_STREAM, after=ready,
+                op = self.launch(self.wl.nccl_kernel, 0, stream=NCCL_STREAM, after=ready,
                                  extra_args=dict(comm_args, **{"grid": [32, 1, 1], "block": [640, 1, 1],
                                                                "registers per thread": 96,
                                                                "est. achieved occupancy %": 0}),
                                  defer=True)
                 yield CollectiveRequest(op, nelems, "allreduce")
+
+    def captured_launch(self) -> None:
+        """cudaLaunchKernel inside a stream capture: the call records a graph node, no GPU work runs."""
+        call_start = self.cpu
+        self.cpu += self.wl.launch_cpu_ns
+        corr = self.next_corr
+        self.next_corr += 1
+        self._runtime("cudaLaunchKernel", call_start, self.cpu, corr, 211)
+
+    def graph_launch(self, kernels: list[tuple[str, int]], stream: int = COMPUTE_STREAM) -> None:
+        """cudaGraphLaunch: one call queues every kernel of the graph; they run back to back,
+        `graph_node_gap_ns` apart, and all carry the call's correlation id (as CUPTI records them)."""
+        call_start = self.cpu
+        self._wait_for_queue_slot()
+        # the graph is submitted as the call returns
+        self.cpu += self.wl.graph_launch_cpu_ns
+        ready = self.cpu + self.wl.launch_latency_ns
+        corr = self.next_corr
+        self.next_corr += 1
+        cause = self.pending_cause or "launch"
+        self.pending_cause = None
+        t = max(self.stream_free[stream], ready)
+        first_start = t
+        for i, (name, dur) in enumerate(kernels):
+            start = t if i == 0 else t + self.wl.graph_node_gap_ns
+            args: dict[str, Any] = {"External id": self._external(), "queued": 0, "device": self.device,
+                                    "context": 1, "stream": stream, "correlation": corr,
+                                    "registers per thread": 32, "shared memory": 0, "grid": [512, 1, 1],
+                                    "block": [128, 1, 1], "est. achieved occupancy %": 50}
+            op = GpuOp(name, "kernel", stream, start, start + self._jitter(dur), corr, self._external(), args,
+                       cause if i == 0 else "graph_replay", self.step)
+            self.gpu_ops.append(op)
+            t = op.end
+        self.stream_free[stream] = t
+        heapq.heappush(self.queue, first_start)
+        self._runtime("cudaGraphLaunch", call_start, self.cpu, corr, 311)
 
     def resolve(self, op: GpuOp, arrival: int, end: int) -> None:
         op.arrival, op.end = arrival, end
@@ -459,6 +546,24 @@ class RankModel:
 
 def _layer_params(wl: Workload) -> list[int]:
     return [wl.params_per_layer[i % len(wl.params_per_layer)] for i in range(wl.layers)]
+
+
+def _per_param_ops(wl: Workload) -> int:
+    return wl.layers * wl.params_split * min(4, wl.per_param_kernels)
+
+
+def _per_param_loop(m: RankModel, capture: bool = False) -> None:
+    """for p in params: exp_avg.mul_(); exp_avg_sq.addcmul_(); denom = sqrt(); p.addcdiv_()
+    (`capture`: inside a CUDA graph capture, the launches only record the kernels)."""
+    wl = m.wl
+    for _layer in range(wl.layers):
+        for _part in range(wl.params_split):
+            for op_name in ("aten::mul_", "aten::addcmul_", "aten::sqrt", "aten::addcdiv_")[:wl.per_param_kernels]:
+                with m.cpu_op(op_name, overhead_ns=wl.per_param_cpu_ns - wl.launch_cpu_ns):
+                    if capture:
+                        m.captured_launch()
+                    else:
+                        m.launch(ELEMENTWISE_KERNEL, wl.per_param_kernel_ns)
 
 
 def _train_step(m: RankModel, step: int) -> Iterator[CollectiveRequest]:
@@ -534,14 +639,31 @@ def _train_step(m: RankModel, step: int) -> Iterator[CollectiveRequest]:
                 with m.cpu_op("aten::_fused_adamw_"):
                     for _ in range(3):
                         m.launch(ADAM_FUSED_KERNEL, wl.optimizer_fused_ns)
+            elif wl.optimizer_graph_step is not None and step > wl.optimizer_graph_step:
+                # the captured loop: one replay of the graph
+                with m.cpu_op("CUDAGraph::replay"):
+                    m.graph_launch([(ELEMENTWISE_KERNEL, wl.per_param_kernel_ns)] * _per_param_ops(wl))
+            elif step == wl.optimizer_graph_step:
+                # torch.cuda.graph(g) synchronises the device first, then the loop runs on the
+                # host with its launches only recording nodes: the GPU idles through the capture
+                t = m.cpu
+                m.cpu = max(m.cpu, *m.stream_free.values()) + 3 * US
+                m._runtime("cudaDeviceSynchronize", t, m.cpu, None, 165)
+                t = m.cpu
+                m.cpu += 3 * US
+                m._runtime("cudaStreamBeginCapture", t, m.cpu, None, None)
+                _per_param_loop(m, capture=True)
+                t = m.cpu
+                m.cpu += 20 * US
+                m._runtime("cudaStreamEndCapture", t, m.cpu, None, None)
+                t = m.cpu
+                m.cpu += wl.graph_instantiate_ns
+                m._runtime("cudaGraphInstantiate", t, m.cpu, None, 310)
+                m.pending_cause = "graph_capture"
+                with m.cpu_op("CUDAGraph::replay"):
+                    m.graph_launch([(ELEMENTWISE_KERNEL, wl.per_param_kernel_ns)] * _per_param_ops(wl))
             else:
-                # for p in params: exp_avg.mul_(); exp_avg_sq.addcmul_(); denom = sqrt(); p.addcdiv_()
-                for _layer in range(wl.layers):
-                    for _part in range(wl.params_split):
-                        for op_name in ("aten::mul_", "aten::addcmul_", "aten::sqrt", "aten::addcdiv_")[
-                                :wl.per_param_kernels]:
-                            with m.cpu_op(op_name, overhead_ns=wl.per_param_cpu_ns - wl.launch_cpu_ns):
-                                m.launch(ELEMENTWISE_KERNEL, wl.per_param_kernel_ns)
+                _per_param_loop(m)
         for i in range(wl.empty_cache_frees):
             # torch.cuda.empty_cache(): cudaFree of every cached segment; the first waits for the
             # device to finish (cudaFree synchronises implicitly), the GPU idles through the rest
@@ -712,21 +834,25 @@ def _event_json(event: dict[str, Any], ts: int, dur: int | None) -> str:
 
 def _trace_events(m: RankModel) -> list[str]:
     out: list[str] = []
+    off = m.clock_offset_ns
     for event, ts, dur in m.events:
-        out.append(_event_json(event, ts, dur))
+        out.append(_event_json(event, ts + off, dur))
     runtime_ts = {e["args"]["correlation"]: ts for e, ts, _ in m.events
                   if e.get("cat") == "cuda_runtime" and "correlation" in e["args"]}
+    linked: set[int] = set()
     for op in m.gpu_ops:
         out.append(_event_json({"ph": "X", "cat": op.cat, "name": op.name, "pid": m.device,
-                                "tid": op.stream, "args": op.args}, op.start, op.end - op.start))
+                                "tid": op.stream, "args": op.args}, op.start + off, op.end - op.start))
         launch_ts = runtime_ts.get(op.correlation)
-        if launch_ts is not None:
+        # one flow per launch call (a graph launch's kernels share its id: the flow goes to the first)
+        if launch_ts is not None and op.correlation not in linked:
+            linked.add(op.correlation)
             out.append(_event_json({"ph": "s", "id": op.correlation, "pid": m.pid, "tid": m.tid,
-                                    "cat": "ac2g", "name": "ac2g"}, launch_ts, None))
+                                    "cat": "ac2g", "name": "ac2g"}, launch_ts + off, None))
             out.append(_event_json({"ph": "f", "id": op.correlation, "pid": m.device, "tid": op.stream,
-                                    "cat": "ac2g", "name": "ac2g", "bp": "e"}, op.start, None))
-    first = min(ts for _, ts, _ in m.events)
-    last = max(max(ts + (d or 0) for _, ts, d in m.events), max(o.end for o in m.gpu_ops))
+                                    "cat": "ac2g", "name": "ac2g", "bp": "e"}, op.start + off, None))
+    first = min(ts for _, ts, _ in m.events) + off
+    last = max(max(ts + (d or 0) for _, ts, d in m.events), max(o.end for o in m.gpu_ops)) + off
     meta = [
         ({"name": "process_name", "ph": "M", "pid": m.pid, "tid": 0, "args": {"name": "python3"}}, first),
         ({"name": "process_labels", "ph": "M", "pid": m.pid, "tid": 0, "args": {"labels": "CPU"}}, first),
@@ -817,6 +943,8 @@ def synthesize(out_dir: str | Path, scenario: str = "control", world_size: int |
     if sc.world_size < 1:
         raise ValueError("world_size must be at least 1")
     models = _simulate(sc, steps, first_step, seed)
+    for m in models:
+        m.clock_offset_ns = sc.clock_offset_ns.get(m.rank, 0)
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
