@@ -10,6 +10,8 @@ get_comm_comp_overlap) so the numbers can be checked against it; see ../shared/t
   memory (^Memcpy|^Memset|^dma); non-compute = the rest of the busy time. Percentages of the span.
 - comm_overlap_pct = time communication overlaps computation / communication time (both unions).
 We keep nanosecond timestamps where HTA truncates to whole microseconds.
+Per-step times (comm_time_ms, h2d_time_ms) are not HTA's: they count only what lies inside the
+rank's steps on the GPU clock (rank_step_costs), so start-up is no step's cost.
 """
 from __future__ import annotations
 
@@ -41,18 +43,27 @@ def rank_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, 
 
     Keys:
       rank
-      steps            number of ProfilerStep#N windows
-      step_time_ms     mean ProfilerStep duration; the GPU span when the rank has no steps
+      steps            number of steps (ProfilerStep#N windows, else inferred iterations)
+      step_time_ms     mean step duration; the GPU span when the rank has no steps
       idle_pct, compute_pct, non_compute_pct   HTA temporal breakdown, % of the GPU span
       comm_time_ms     communication kernel time per step: the union of NCCL kernel intervals
-                       (concurrent streams counted once) divided by the number of steps
-      comm_overlap_pct % of that communication time overlapped by compute kernels
-                       (None when the rank has no communication)
-      h2d_time_ms      host-to-device copy time per step (summed copy durations / steps)
+                       (concurrent streams counted once) inside the rank's steps on the GPU clock
+                       (rank_step_costs.comm_in_steps_ns) divided by the number of steps
+      comm_overlap_pct % of the rank's whole communication time (HTA's rule, comm_ns) overlapped
+                       by compute kernels, HTA's comm/comp overlap (None when the rank has no
+                       communication)
+      h2d_time_ms      host-to-device copy time per step: summed copy time inside the rank's
+                       steps on the GPU clock (rank_step_costs.h2d_in_steps_ns) / steps
+    Per-step figures count only what lies inside the steps they divide by, whether the steps are
+    ProfilerSteps or inferred iterations; the percentages are HTA's whole-trace figures.
     GPU figures are None for a rank without GPU activity (a CPU-only trace).
     """
+    rows = rank_breakdown_rows(con, run_id)
+    in_steps = {rank: (comm_ns, h2d_ns) for rank, comm_ns, h2d_ns in con.execute(
+        "SELECT rank, comm_in_steps_ns, h2d_in_steps_ns FROM rank_step_costs(?)", [run_id]).fetchall()}
     out = []
-    for row in rank_breakdown_rows(con, run_id):
+    for row in rows:
+        comm_in_steps_ns, h2d_in_steps_ns = in_steps.get(row["rank"], (0, 0))
         has_gpu = row["gpu_events"] > 0
         divisor = row["steps_divisor"]
         span = row["span_ns"] if has_gpu else None
@@ -64,8 +75,8 @@ def rank_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, 
             "idle_pct": _pct(row["idle_ns"], span) if has_gpu else None,
             "compute_pct": _pct(row["compute_ns"], span) if has_gpu else None,
             "non_compute_pct": _pct(row["non_compute_ns"], span) if has_gpu else None,
-            "comm_time_ms": None if comm_ns is None else comm_ns / divisor / _NS_PER_MS,
+            "comm_time_ms": None if comm_ns is None else comm_in_steps_ns / divisor / _NS_PER_MS,
             "comm_overlap_pct": _pct(row["comm_overlap_ns"], comm_ns) if comm_ns else None,
-            "h2d_time_ms": row["h2d_ns"] / divisor / _NS_PER_MS if has_gpu else None,
+            "h2d_time_ms": h2d_in_steps_ns / divisor / _NS_PER_MS if has_gpu else None,
         })
     return out

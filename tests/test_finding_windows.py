@@ -49,7 +49,9 @@ def findings(report: dict) -> dict[str, dict]:
 def test_idle_before_the_first_step_is_no_steps_cost(tmp_path):
     # a warm-up kernel 100 ms before two 1 ms steps, each 800 us busy: the 99.9 ms hole before
     # step 1 was charged per step (50 ms, 5010% of a 1 ms step); only the idle inside the steps
-    # counts: [100000, 100100) and [100900, 101100) = 300 us over 2 steps
+    # counts, on the GPU clock (lib/gpu_steps.sql: a step runs from its first GPU work to the next
+    # step's): [100900, 101100) = 200 us over 2 steps. The 100 us before step 1's first kernel
+    # precede the first GPU step.
     t = Trace()
     t.gpu("void warmup", 0, 100, launch_ts=-10)
     t.step(1, 100_000, 1000)
@@ -58,8 +60,8 @@ def test_idle_before_the_first_step_is_no_steps_cost(tmp_path):
         t.gpu("void gemm", start + 100, 800, launch_ts=start + 10)
     report = analyze_paths([t.write(tmp_path / "rank0.json")])
     gap = findings(report)["launch_gap"]
-    assert gap["cost_ms_per_step"] == 0.15 and gap["cost_pct"] == 15.0
-    assert BASE_US + 100_000 <= gap["start_us"] < gap["end_us"] <= BASE_US + 102_000
+    assert gap["cost_ms_per_step"] == 0.1 and gap["cost_pct"] == 10.0
+    assert (gap["start_us"], gap["end_us"]) == (BASE_US + 100_900, BASE_US + 101_100)
     assert all(f["cost_pct"] <= 100 for f in report["findings"])
 
 

@@ -77,14 +77,16 @@ def _gloo_rank(rank: int, world_size: int, port: int, out_dir: str, slow_rank: i
         def __getitem__(self, index: int):
             if rank == slow_rank:
                 time.sleep(LOADER_SLEEP_S)      # the planted cause: this rank's loader is slow
-            return torch.randn(64, generator=torch.Generator().manual_seed(index))
+            return torch.randn(32, 256, generator=torch.Generator().manual_seed(index))
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.manual_seed(0)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    weight = torch.randn(64, 64)
-    loader = iter(DataLoader(Batches(), batch_size=1, num_workers=0))
+    weight = torch.randn(256, 256) / 16
+    # a step of ~5-10 ms of compute, as real steps are: a default loader's own ~0.1 ms per fetch is then
+    # noise in the control, not 5-10% of a 1 ms step
+    loader = iter(DataLoader(Batches(), batch_size=None, num_workers=0))
     trace = str(Path(out_dir) / f"rank{rank}.json")
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=WARMUP, active=STEPS, repeat=1),
                  on_trace_ready=lambda done: done.export_chrome_trace(trace)) as prof:

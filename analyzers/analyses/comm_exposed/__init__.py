@@ -1,7 +1,7 @@
 """comm_exposed: collective time no compute hides, per rank, straggler waiting excluded.
 
 GPU ranks: NCCL kernel time no compute kernel overlaps. gloo (CPU) ranks: time the training
-thread is blocked in communication (cpu_comm_blocked in comm_exposed.sql).
+thread is blocked in communication (cpu_comm_blocked in lib/rank_balance.sql).
 
 The analysis is analyses/comm_exposed/comm_exposed.sql (comm_exposure, one statement); this module only
 turns its rows into Findings with the metrics accel.registry uses to pick fixes

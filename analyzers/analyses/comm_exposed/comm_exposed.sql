@@ -1,4 +1,4 @@
--- requires: lib/rank_balance.sql
+-- requires: lib/steps.sql lib/rank_balance.sql
 -- Exposed communication: collective kernel time that no compute hides,
 -- per rank, with what the collectives moved and how fast.
 --
@@ -14,56 +14,10 @@
 -- is blocked in communication: while a collective is in flight (its gloo:* span, on whichever
 -- gloo thread ran it) or the thread is inside a c10d op, and the thread runs no op of its own.
 -- DDP's all-reduce runs on a gloo thread while backward continues: only the wait after it counts.
-
-
--- cpu_comm_blocked(run, in_flight): for every rank with gloo collectives, the pieces of its
--- ProfilerSteps during which communication is in flight, and whether its training thread is
--- blocked in it. in_flight: the NAME of a table/CTE (rank, start_ns, end_ns) of the gloo spans,
--- collective_instances' CPU rows (passed in so a caller that has them does not match them again).
--- Columns:
---   rank, blocked (BOOLEAN: the thread runs none of its own ops; else comm is hidden behind them)
---   start_ns, end_ns, dur_ns
--- The thread's own work is its cpu_ops, except ops that issue a collective inside them (the
--- autograd hook DDP all-reduces from, a comm hook that waits on its future): those may be waiting,
--- so only their children count. A torch 2.13 CPU trace records no span for the wait itself
--- (work.wait(), DDP's finalize after backward): it is the thread's silence while gloo works.
-CREATE OR REPLACE MACRO cpu_comm_blocked(run, in_flight) AS TABLE
-WITH gloo_spans AS MATERIALIZED (
-    SELECT rank, start_ns, end_ns FROM query_table(in_flight)
-), training_threads AS (
-    SELECT DISTINCT rank, pid, tid FROM events
-    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND starts_with(name, 'ProfilerStep')
-      AND rank IN (SELECT rank FROM gloo_spans)
-), thread_ops AS MATERIALIZED (
-    SELECT e.rank, e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
-           starts_with(e.name, 'c10d::') OR starts_with(e.name, '_c10d_functional::')
-               OR starts_with(e.name, 'gloo:') OR e.name = 'record_param_comms' AS is_comm
-    FROM events e
-    JOIN training_threads t ON t.rank = e.rank AND t.pid IS NOT DISTINCT FROM e.pid AND t.tid IS NOT DISTINCT FROM e.tid
-    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns > 0 AND NOT starts_with(e.name, 'ProfilerStep')
-), comm_ops AS (
-    SELECT rank AS grp, start_ns, end_ns FROM thread_ops WHERE is_comm
-), comm_starts AS (
-    SELECT rank, start_ns AS comm_start_ns FROM thread_ops WHERE is_comm
-), own_ops AS (
-    -- ops with no collective issued inside them: the next comm op starts after they end
-    SELECT o.rank AS grp, o.start_ns, o.end_ns
-    FROM (SELECT * FROM thread_ops WHERE NOT is_comm) o
-    ASOF LEFT JOIN comm_starts c ON c.rank = o.rank AND o.start_ns <= c.comm_start_ns
-    WHERE c.comm_start_ns IS NULL OR c.comm_start_ns >= o.end_ns
-), own_work AS (
-    -- what runs inside a c10d op (its allocations) is that op's, i.e. communication
-    SELECT grp, start_ns, end_ns FROM interval_subtract('own_ops', 'comm_ops')
-), comm AS (
-    SELECT rank AS grp, start_ns, end_ns FROM gloo_spans UNION ALL SELECT * FROM comm_ops
-), step_windows AS (
-    SELECT rank AS grp, start_ns, end_ns FROM steps(run) WHERE rank IN (SELECT rank FROM gloo_spans)
-), comm_in_steps AS MATERIALIZED (
-    SELECT grp, start_ns, end_ns FROM interval_intersect('comm', 'step_windows')
-)
-SELECT grp AS rank, NOT in_b AS blocked, start_ns, end_ns, end_ns - start_ns AS dur_ns
-FROM _interval_sweep('comm_in_steps', 'own_work')
-WHERE in_a;
+-- (cpu_comm_blocked, lib/rank_balance.sql: rank_balance measures gloo ranks' work with it too.)
+--
+-- Per-step figures count only what lies inside the rank's steps (rank_balance; collectives
+-- issued inside a step for counts and bytes), whether the steps are ProfilerSteps or inferred.
 
 
 -- comm_exposure(run, small_bytes, host_blocked_min_ns): one row per rank with communication: GPU
@@ -73,7 +27,7 @@ WHERE in_a;
 --   rank, steps_divisor, mean_step_ns, world_size (runs.world_size)
 --   comm_source               'gpu' (NCCL/RCCL kernels) | 'cpu' (gloo: the training thread's view)
 --   comm_ns_per_step          GPU: union of comm kernels; CPU: time a collective is in flight or
---                             the training thread is in a c10d op, within steps
+--                             the training thread is in a c10d op (both within steps: rank_balance)
 --   overlap_pct               share of comm time under compute kernels (HTA's comm/comp overlap);
 --                             CPU: under the training thread's own ops, %
 --   exposed_ns_per_step       comm time no compute overlaps (waiting included); CPU: time the
@@ -83,10 +37,11 @@ WHERE in_a;
 --   cost_ns                   exposed_ns_per_step - imbalance_wait_ns_per_step
 --   wait_ns_per_step          in-collective wait from matched instances (evidence; may be hidden under compute)
 --   matched                   BOOLEAN: instances were matched with other ranks (waiting is known)
---   collectives_per_step, sized_share (share of instances with a byte count)
+--   collectives_per_step      instances issued inside a step, per step (all of them on a rank without steps)
+--   sized_share               share of instances with a byte count
 --   mean_msg_bytes, median_msg_bytes, small_msg_share (instances under small_bytes:
 --                             latency-bound in NCCL)
---   bytes_per_step
+--   bytes_per_step            bytes of the instances issued inside a step, per step
 --   algbw_gbps, busbw_gbps    over all sized instances, from true durations; NULL without sizes
 --   group_size                largest group size seen
 --   worst_step                the step whose collectives take longest (true durations)
@@ -100,22 +55,11 @@ WITH inst AS MATERIALIZED (
     SELECT * FROM collective_instances(run)
 ), comm_sources AS (
     SELECT rank, CASE WHEN bool_or(source = 'gpu') THEN 'gpu' ELSE 'cpu' END AS comm_source FROM inst GROUP BY rank
-), gloo_spans AS (
-    SELECT rank, start_ns, end_ns FROM inst WHERE source = 'cpu'
-), cpu_blocked AS (
-    SELECT rank, sum(dur_ns) AS comm_ns, coalesce(sum(dur_ns) FILTER (WHERE blocked), 0) AS blocked_ns
-    FROM cpu_comm_blocked(run, 'gloo_spans') GROUP BY rank
 ), rb AS MATERIALIZED (
-    -- GPU ranks: rank_balance's own figures; gloo ranks: the training thread's (cpu_comm_blocked)
-    SELECT b.* REPLACE (
-               CASE WHEN cs.comm_source = 'gpu' THEN b.comm_ns_per_step
-                    ELSE coalesce(cb.comm_ns, 0) / b.steps_divisor END AS comm_ns_per_step,
-               CASE WHEN cs.comm_source = 'gpu' THEN b.exposed_ns_per_step
-                    ELSE coalesce(cb.blocked_ns, 0) / b.steps_divisor END AS exposed_ns_per_step),
-           cs.comm_source
+    -- GPU ranks: NCCL kernels; gloo ranks: the training thread's view (rank_balance measures both)
+    SELECT b.*, cs.comm_source
     FROM rank_balance(run, host_blocked_min_ns) b
     JOIN comm_sources cs ON cs.rank = b.rank
-    LEFT JOIN cpu_blocked cb ON cb.rank = b.rank
     WHERE b.has_gpu OR cs.comm_source = 'cpu'
 ), per_step AS (
     SELECT rank, step, sum(true_dur_ns) AS true_ns, min(start_ns) AS start_ns, max(end_ns) AS end_ns
@@ -143,11 +87,15 @@ WITH inst AS MATERIALIZED (
                        'mean_bytes': mean_bytes, 'true_ns': true_ns, 'wait_ns': wait_ns,
                        'algbw_gbps': algbw_gbps, 'busbw_gbps': busbw_gbps} ORDER BY true_ns DESC) AS by_collective
     FROM by_type GROUP BY rank
+), stepped_ranks AS (
+    SELECT DISTINCT rank FROM steps(run)
 ), sizes AS (
     SELECT rank, count(*) AS n_instances, count(bytes) AS n_sized,
+           -- per-step counts: the instances issued inside a step (every one on a rank without steps)
+           count(*) FILTER (WHERE step IS NOT NULL OR rank NOT IN (SELECT rank FROM stepped_ranks)) AS n_in_steps,
+           sum(bytes) FILTER (WHERE step IS NOT NULL OR rank NOT IN (SELECT rank FROM stepped_ranks)) AS bytes_in_steps,
            avg(bytes) AS mean_msg_bytes, median(bytes) AS median_msg_bytes,
            count(*) FILTER (WHERE bytes < small_bytes) / nullif(count(bytes), 0) AS small_msg_share,
-           sum(bytes) AS total_bytes,
            sum(bytes) FILTER (WHERE true_dur_ns > 0)
                / nullif(sum(true_dur_ns) FILTER (WHERE bytes IS NOT NULL AND true_dur_ns > 0), 0) AS algbw_gbps,
            sum(bytes * bus_factor) FILTER (WHERE true_dur_ns > 0 AND bus_factor IS NOT NULL)
@@ -166,10 +114,10 @@ SELECT b.rank, b.steps_divisor, b.mean_step_ns,
        greatest(b.exposed_ns_per_step - b.lost_ns_per_step, 0) AS cost_ns,
        b.wait_ns_per_step,
        coalesce(s.matched, false) AS matched,
-       s.n_instances / b.steps_divisor AS collectives_per_step,
+       s.n_in_steps / b.steps_divisor AS collectives_per_step,
        s.n_sized / s.n_instances AS sized_share,
        s.mean_msg_bytes, s.median_msg_bytes, s.small_msg_share,
-       s.total_bytes / b.steps_divisor AS bytes_per_step,
+       s.bytes_in_steps / b.steps_divisor AS bytes_per_step,
        s.algbw_gbps, s.busbw_gbps, s.group_size,
        w.worst_step, coalesce(w.worst_start_ns, lg.start_ns) AS worst_start_ns,
        coalesce(w.worst_end_ns, lg.end_ns) AS worst_end_ns, lg.stream AS comm_stream,

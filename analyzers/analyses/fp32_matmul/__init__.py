@@ -3,7 +3,9 @@ tensor cores (TF32 on Ampere and newer, FP16/BF16 mixed precision on Volta and n
 
 Cost: per step, the FP32 SIMT GEMM/convolution kernel time times (1 - 1/TENSOR_CORE_SPEEDUP):
 what the same math would save at tensor-core speed, an upper bound (small or memory-bound GEMMs
-gain less). Kernels are found by name (analyzers/sql/fp32_matmul.sql). What tensor cores the GPU
+gain less). Only kernel time inside the rank's steps counts (on the GPU clock, lib/gpu_steps.sql),
+so ProfilerSteps and inferred iterations give the same figure and start-up is no step's cost.
+Kernels are found by name (fp32_matmul.sql). What tensor cores the GPU
 has (TF32 from sm_80, FP16 from sm_70, none before) comes from deviceProperties (computeMajor,
 the name), else from the architecture cuBLAS/cuDNN put in the kernel names: it decides which fix
 comes first, and a GPU without tensor cores gets a note instead of a finding. Where TF32 kernels

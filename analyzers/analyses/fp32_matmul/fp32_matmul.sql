@@ -1,4 +1,4 @@
--- requires: lib/steps.sql lib/gpu_activity.sql
+-- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/gpu_steps.sql
 -- FP32 matrix multiplies and convolutions on CUDA cores (analysis: fp32_matmul).
 --
 -- A GEMM or convolution in plain FP32 runs on the GPU's CUDA cores (cuBLAS "sgemm", cuDNN
@@ -14,37 +14,45 @@
 -- fp32_matmul_kernels(run): every counted compute kernel that is an FP32 SIMT GEMM or convolution.
 -- Columns:
 --   rank, device, name, start_ns, end_ns, dur_ns
---   step          the ProfilerStep whose window contains its start (NULL if none)
+--   in_steps_ns   how much of it ran inside the rank's steps on the GPU clock (lib/gpu_steps.sql;
+--                 a rank without steps has one pseudo-step over its GPU span): what per-step
+--                 figures count, so start-up and the tail after the last step are no step's cost
+--   step          the step whose GPU-clock window contains its start (NULL if none)
 --   arch_prefix   the architecture cuBLAS/cuDNN put in front of the name ('volta', 'turing',
 --                 'ampere', 'sm90', ...), NULL when the name has none
 CREATE OR REPLACE MACRO fp32_matmul_kernels(run) AS TABLE
-WITH k AS (
-    SELECT rank, device, name, start_ns, end_ns, dur_ns
+WITH k AS MATERIALIZED (
+    SELECT row_number() OVER () AS kernel_no, rank AS grp, rank, device, name, start_ns, end_ns, dur_ns
     FROM gpu_activity(run)
-    WHERE counted AND kind = 'kernel' AND category = 'compute'
-      -- cheap tests first, then the exclusions (tensor-core kernels whose names also say gemm)
-      -- (xmma kernels name their math types: f32f32_f32f32_f32 is FP32 math, f32f32_tf32f32_f32 TF32)
-      AND (contains(name, 'sgemm') OR contains(name, 'scudnn') OR contains(name, '_simt_')
-           OR contains(name, 'f32f32_f32f32_f32'))
-      AND NOT regexp_matches(lower(name), '(tensorop|tf32|hmma|wmma|bf16|f16|fp16|half|1688|16816|884)')
+    WHERE counted AND kind = 'kernel' AND category = 'compute' AND is_fp32_simt_matmul(name)
+), step_windows AS MATERIALIZED (
+    SELECT rank AS grp, rank, step, start_ns, end_ns FROM gpu_steps(run)
+), inside AS (
+    SELECT kernel_no, sum(end_ns - start_ns) AS in_steps_ns FROM interval_clip('k', 'step_windows') GROUP BY kernel_no
 )
 SELECT k.rank, k.device, k.name, k.start_ns, k.end_ns, k.dur_ns,
+       coalesce(i.in_steps_ns, 0)::BIGINT AS in_steps_ns,
        CASE WHEN k.start_ns < st.end_ns THEN st.step END AS step,
        nullif(regexp_extract(k.name, '^(maxwell|pascal|volta|turing|ampere|ada|hopper|sm\d+)_', 1), '') AS arch_prefix
-FROM k ASOF LEFT JOIN steps(run) st ON k.rank = st.rank AND k.start_ns >= st.start_ns;
+FROM k
+LEFT JOIN inside i ON i.kernel_no = k.kernel_no
+ASOF LEFT JOIN step_windows st ON k.rank = st.rank AND k.start_ns >= st.start_ns;
 
 
--- fp32_matmul_by_rank(run): per rank, what the FP32 SIMT matmuls take.
+-- fp32_matmul_by_rank(run): per rank, what the FP32 SIMT matmuls take inside its steps (on the
+-- GPU clock: fp32_matmul_kernels.in_steps_ns), so that totals / steps is per step whether the
+-- steps are ProfilerSteps or inferred iterations. Ranks with no FP32 matmul inside a step have no row.
 -- Columns:
---   rank, kernels, fp32_ns (summed kernel time), compute_kernel_ns (all compute kernels, summed)
---   tf32_kernels   compute kernels running FP32 data on TF32 tensor cores (TF32 is on)
+--   rank, kernels (that ran at least partly inside a step), fp32_ns (their time inside steps),
+--   compute_kernel_ns (all compute kernels' time inside steps)
+--   tf32_kernels   compute kernels running FP32 data on TF32 tensor cores (TF32 is on), inside steps
 --   arch_prefixes  LIST of the architecture prefixes seen (see above)
 --   top_kernels    LIST of {name, calls, ns}, the 5 costliest names
 --   worst_step     the step with most FP32 matmul time; longest_start_ns / longest_end_ns: the
 --                  longest such kernel (a window to look at)
 CREATE OR REPLACE MACRO fp32_matmul_by_rank(run) AS TABLE
 WITH k AS (
-    SELECT * FROM fp32_matmul_kernels(run)
+    SELECT * REPLACE (in_steps_ns AS dur_ns) FROM fp32_matmul_kernels(run) WHERE in_steps_ns > 0
 ), per_name AS (
     SELECT rank, name, count(*) AS calls, sum(dur_ns) AS ns FROM k GROUP BY rank, name
 ), top AS (
@@ -54,11 +62,16 @@ WITH k AS (
     SELECT rank, step, sum(dur_ns) AS ns FROM k WHERE step IS NOT NULL GROUP BY rank, step
 ), worst AS (
     SELECT rank, arg_max(step, (ns, -step)) AS worst_step FROM per_step GROUP BY rank
-), compute AS (
-    SELECT rank, sum(dur_ns) AS compute_kernel_ns,
+), compute_kernels AS (
+    SELECT rank AS grp, start_ns, end_ns,
            -- FP32 data on TF32 tensor cores (xmma/cutlass names say tf32, cuBLAS's s1688/s16816 tensor ops)
-           count(*) FILTER (WHERE contains(name, 'tf32') OR regexp_matches(name, 'tensorop_s(1688|16816)')) AS tf32_kernels
-    FROM gpu_activity(run) WHERE counted AND kind = 'kernel' AND category = 'compute' GROUP BY rank
+           contains(name, 'tf32') OR regexp_matches(name, 'tensorop_s(1688|16816)') AS is_tf32
+    FROM gpu_activity(run) WHERE counted AND kind = 'kernel' AND category = 'compute'
+), step_windows AS (
+    SELECT rank AS grp, start_ns, end_ns FROM gpu_steps(run)
+), compute AS (
+    SELECT grp AS rank, sum(end_ns - start_ns) AS compute_kernel_ns, count(*) FILTER (WHERE is_tf32) AS tf32_kernels
+    FROM interval_clip('compute_kernels', 'step_windows') GROUP BY grp
 )
 SELECT k.rank, count(*) AS kernels, sum(k.dur_ns) AS fp32_ns, any_value(c.compute_kernel_ns) AS compute_kernel_ns,
        any_value(c.tf32_kernels) AS tf32_kernels,

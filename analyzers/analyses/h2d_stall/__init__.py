@@ -4,7 +4,10 @@ Cost: per step, (a) HtoD copy time no compute kernel overlaps (exposed copy time
 nothing else while the batch crosses the link) plus (b) GPU idle time while the CPU was blocked
 in a pageable or synchronous HtoD copy call (lib/gaps.sql, cause 'h2d_copy'). The metrics say
 how the copies are made: pageable vs pinned, blocking calls, bytes, and achieved bandwidth
-against the link (PCIE_PRACTICAL_GBPS, PCIe Gen4 x16).
+against the link (PCIE_PRACTICAL_GBPS, PCIe Gen4 x16). Per-step figures count only the copies
+the rank's steps issued and the copy and idle time inside its steps on the GPU clock
+(h2d_summary's *_in_steps columns), so ProfilerSteps and inferred iterations give the same
+figures and start-up is no step's cost; bandwidth and the pageable share are over all copies.
 """
 from __future__ import annotations
 
@@ -49,15 +52,16 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
         if cost_ns <= 0:
             continue
         gbps = row["gbps"]
-        copy_ns = row["copy_ns"] or 0
+        # per-step figures: the copies inside the rank's steps (GPU clock), see h2d_summary
+        copy_ns = row["copy_in_steps_ns"] or 0
         metrics = {
             "exposed_copy_ms_per_step": to_ms(exposed_ns),
             "blocked_idle_ms_per_step": to_ms(blocked_ns),
-            "copies_per_step": rounded(row["copies"] / per_step, 2),
-            "mb_per_step": rounded((row["bytes"] or 0) / per_step / 1e6, 3),
+            "copies_per_step": rounded(row["copies_in_steps"] / per_step, 2),
+            "mb_per_step": rounded((row["bytes_in_steps"] or 0) / per_step / 1e6, 3),
             "copy_ms_per_step": to_ms(copy_ns / per_step),
             "pageable_share": rounded(row["pageable_share"]),
-            "sync_copies_per_step": rounded(row["sync_copies"] / per_step, 2),
+            "sync_copies_per_step": rounded(row["sync_copies_in_steps"] / per_step, 2),
             "h2d_overlap_pct": rounded(100.0 * (1 - row["exposed_ns"] / copy_ns), 2) if copy_ns else None,
             "achieved_gbps": rounded(gbps, 2),
             "pageable_gbps": rounded(row["pageable_gbps"], 2),
@@ -69,7 +73,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
         how = []
         if (row["pageable_share"] or 0) > 0:
             how.append(f"{100 * row['pageable_share']:.0f}% of bytes from pageable memory")
-        if row["sync_copies"]:
+        if row["sync_copies_in_steps"]:
             how.append(f"{metrics['sync_copies_per_step']:g} blocking copies per step")
         if gbps is not None:
             how.append(f"{gbps:.1f} GB/s achieved vs ~{link:g} GB/s for PCIe Gen4 x16")

@@ -3,6 +3,9 @@ refill the queue (`.item()`, `.cpu()`, `torch.cuda.synchronize()`, event waits, 
 
 Cost: per step, the GPU idle time in gaps that started while the CPU was blocked in such a call
 (or that such calls mostly cover); see lib/gaps.sql. Those gaps are not in launch_gap.
+Per-step figures count only what lies inside the rank's steps (gaps on the GPU clock, the sync
+calls on the host clock: sync_calls_in_steps), so ProfilerSteps and inferred iterations give
+the same figures and start-up is no step's cost.
 """
 from __future__ import annotations
 
@@ -31,9 +34,10 @@ _CALLERS_SQL = """
         WHERE run_id = ? AND kind = 'cpu_op' AND external_id IS NOT NULL
         GROUP BY rank, external_id
     )
-    SELECT s.rank, s.name AS call, coalesce(o.op_name, '(no aten op)') AS op, count(*) AS calls,
-           sum(s.end_ns - s.start_ns) AS blocked_ns
-    FROM sync_calls(?) s LEFT JOIN ops o ON o.rank = s.rank AND o.external_id = s.external_id
+    -- per step: the calls inside the rank's steps, and their time inside (sync_calls_in_steps)
+    SELECT s.rank, s.name AS call, coalesce(o.op_name, '(no aten op)') AS op, count(*) FILTER (WHERE s.counted) AS calls,
+           sum(s.dur_ns) AS blocked_ns
+    FROM sync_calls_in_steps(?) s LEFT JOIN ops o ON o.rank = s.rank AND o.external_id = s.external_id
     GROUP BY ALL
     ORDER BY s.rank, blocked_ns DESC
 """

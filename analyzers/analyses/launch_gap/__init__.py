@@ -3,8 +3,11 @@
 Cost: per step, the GPU idle time in gaps whose next work was launched only after the GPU had
 gone idle and that no DataLoader wait, blocking host-to-device copy or host sync explains
 (those gaps belong to dataloader_stall, h2d_stall and host_sync; see lib/gaps.sql). The
-metrics add HTA-style launch statistics (launch delay, kernels shorter than their launch) and
-the runs of tiny kernels a CUDA graph or fusion would collapse.
+metrics add HTA-style launch statistics (launch delay, kernels shorter than their launch), the
+runs of tiny kernels a CUDA graph or fusion would collapse, and the GELU chains (bias add / GELU /
+dropout kernels back to back) a fused elementwise kernel would. Per-step counts count only what
+starts inside the rank's steps (launch_gap.sql), so ProfilerSteps and inferred iterations give
+the same figures; the launch statistics (delays, shares) are over every launch.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ SPEC = AnalysisSpec(
     title="GPU idle between kernel launches",
     evidence=EvidenceSeries("idle_ms", "GPU idle per step, every cause",
                             "This finding counts {idle_ms_per_step:.2f} ms/step of it: the gaps whose next kernel was launched only after the GPU had gone idle."),
-    metric_keys=frozenset({"elementwise_kernel_share", "gaps_per_step", "idle_ms_per_step",
+    metric_keys=frozenset({"elementwise_kernel_share", "gaps_per_step", "gelu_chains_per_step", "idle_ms_per_step",
                            "kernels_in_tiny_runs_per_step", "launch_delay_outliers",
                            "launches_per_step", "long_gap_share", "longest_gap_ms",
                            "mean_kernel_us", "mean_launch_cpu_us", "mean_launch_delay_us",
@@ -42,12 +45,15 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
                                          [run_id, int(t["LAUNCH_DELAY_OUTLIER_NS"]),
                                           int(t["LAUNCH_RUNTIME_OUTLIER_NS"]), int(t["TINY_KERNEL_NS"])])}
     tiny = {r["rank"]: r for r in query(
+        # per step: the runs inside the rank's steps (GPU clock)
         con, "SELECT rank, count(*) AS runs, sum(kernels) AS kernels, sum(idle_ns) AS idle_ns, "
              "max(kernels) AS longest_run, mode(top_kernel) AS top_kernel "
-             "FROM tiny_kernel_runs(?, ?, ?, ?) GROUP BY rank",
+             "FROM tiny_kernel_runs(?, ?, ?, ?) WHERE in_steps GROUP BY rank",
         [run_id, int(t["TINY_KERNEL_NS"]), int(t["TINY_RUN_MAX_GAP_NS"]), int(t["TINY_RUN_MIN_KERNELS"])])}
-    syncs = {r["rank"]: r["n"] for r in query(con, "SELECT rank, count(*) AS n FROM sync_calls(?) GROUP BY rank",
-                                              [run_id])}
+    syncs = {r["rank"]: r["n"] for r in query(
+        con, "SELECT rank, count(*) AS n FROM sync_calls_in_steps(?) WHERE counted GROUP BY rank", [run_id])}
+    gelu = {r["rank"]: r["chains_in_steps"] for r in query(con, "SELECT rank, chains_in_steps FROM gelu_chains(?)",
+                                                           [run_id])}
     findings = []
     for rank in ctx.gpu_ranks():
         row = cause_row(causes, rank, SPEC.gap_cause)
@@ -64,7 +70,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
             "gaps_per_step": rounded(row["gaps"] / per_step, 1),
             "longest_gap_ms": to_ms(row["longest_gap_ns"]),
             "queued_idle_ms_per_step": to_ms(wait["idle_ns"] / per_step) if wait else 0.0,
-            "launches_per_step": rounded((ls.get("launches") or 0) / per_step, 1),
+            "launches_per_step": rounded((ls.get("launches_in_steps") or 0) / per_step, 1),
             "mean_launch_delay_us": rounded(ls.get("mean_launch_delay_ns", 0) / 1e3) if ls else None,
             "p50_launch_delay_us": rounded(ls.get("p50_launch_delay_ns", 0) / 1e3) if ls else None,
             "p95_launch_delay_us": rounded(ls.get("p95_launch_delay_ns", 0) / 1e3) if ls else None,
@@ -81,6 +87,8 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
             "tiny_run_overhead_ms_per_step": to_ms((tr.get("idle_ns") or 0) / per_step),
             "tiny_run_top_kernel": tr.get("top_kernel"),
             "syncs_per_step": rounded(syncs.get(rank, 0) / per_step, 2),
+            # GELU kernels next to a bias add or dropout kernel: what fused_bias_gelu_dropout fuses
+            "gelu_chains_per_step": rounded(gelu.get(rank, 0) / per_step, 2),
         }
         long_share = row["long_idle_ns"] / row["idle_ns"] if row["idle_ns"] else 0.0
         metrics["long_gap_share"] = rounded(long_share)

@@ -69,7 +69,7 @@ def _note_single_rank(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> 
     world = con.execute("SELECT world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()
     if notes is None or not world or (world[0] or 1) < 2:
         return
-    only = rows(con, "SELECT rank, has_gpu, comm_ns_per_step, mean_step_ns FROM rank_balance(?, ?)",
+    only = rows(con, "SELECT rank, has_gpu, comm_ns_per_step, exposed_ns_per_step, mean_step_ns FROM rank_balance(?, ?)",
                 [run_id, int(threshold(ctx, "HOST_BLOCKED_MIN_NS"))])
     if len(only) != 1:
         return
@@ -81,10 +81,12 @@ def _note_single_rank(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> 
     else:
         text = (f"Only rank {r['rank']} of {world[0]} is in this run: rank imbalance needs two or more "
                 "ranks' traces of the same steps.")
-    if r["comm_ns_per_step"] and r["mean_step_ns"]:
-        share = 100.0 * r["comm_ns_per_step"] / r["mean_step_ns"]
-        where = "collective kernels" if r["has_gpu"] else "collectives (gloo blocks the host)"
-        text += (f" It spends {share:.0f}% of its step time in {where}, waiting for the other ranks "
+    # GPU: collective kernel time; gloo: the time its training thread is blocked in collectives
+    in_comm_ns = r["comm_ns_per_step"] if r["has_gpu"] else r["exposed_ns_per_step"]
+    if in_comm_ns and r["mean_step_ns"]:
+        share = 100.0 * in_comm_ns / r["mean_step_ns"]
+        where = "in collective kernels" if r["has_gpu"] else "blocked in collectives (gloo)"
+        text += (f" It spends {share:.0f}% of its step time {where}, waiting for the other ranks "
                  "included; load the other ranks' files to see who it waits for.")
     notes.append(text)
 

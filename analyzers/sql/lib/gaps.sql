@@ -1,4 +1,4 @@
--- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/copies.sql
+-- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/gpu_steps.sql lib/copies.sql
 -- GPU idle gaps and their causes: the idle time launch_gap, host_sync, runtime_stall,
 -- dataloader_stall and h2d_stall divide between them.
 --
@@ -42,6 +42,26 @@ WHERE run_id = run AND kind IN ('runtime', 'driver') AND dur_ns IS NOT NULL
   AND (contains(name, 'Synchronize') OR contains(name, 'Memcpy'))
   -- hipMemcpyWithStream: ROCm's copy-and-wait (ATen's memcpy_and_sync), blocking like cudaMemcpy
   AND regexp_matches(name, '^(cuda|hip)((Stream|Device|Event)Synchronize|Memcpy|Memcpy2D|MemcpyDtoH|MemcpyHtoD|MemcpyWithStream)$');
+
+
+-- sync_calls_in_steps(run): the sync_calls the per-step figures count, on the host clock
+-- (host_step_windows: the rank's steps; all time on a rank without steps): the part of each call
+-- inside the steps, one row per piece (a call spanning a break between steps gives several).
+-- Calls of zero length block nothing and are left out.
+-- Columns:
+--   rank, call_no (one per call), name, external_id
+--   start_ns, end_ns, dur_ns   the piece inside the steps (blocked time per step sums dur_ns)
+--   counted     BOOLEAN, the piece holding the call's start: a call is the step's whose window
+--               holds its start (calls per step count these)
+CREATE OR REPLACE MACRO sync_calls_in_steps(run) AS TABLE
+WITH calls AS (
+    SELECT row_number() OVER () AS call_no, rank AS grp, start_ns AS call_start_ns, * FROM sync_calls(run)
+), windows AS (
+    SELECT grp, start_ns, end_ns FROM host_step_windows(run)
+)
+SELECT rank, call_no, name, external_id, start_ns, end_ns, end_ns - start_ns AS dur_ns,
+       start_ns = call_start_ns AS counted
+FROM interval_clip('calls', 'windows');
 
 
 -- runtime_stall_calls(run, min_ns): runtime/driver calls that keep the CPU from launching
@@ -91,7 +111,8 @@ FROM spans s ASOF LEFT JOIN steps(run) st ON s.rank = st.rank AND s.start_ns >= 
 -- gpu_idle_gaps(run): every idle gap of every GPU with its cause.
 -- Columns:
 --   rank, device, gap_id, start_ns, end_ns, dur_ns
---   step            the ProfilerStep whose window contains the gap's start (NULL if none)
+--   step            the step whose host window contains the gap's start (NULL if none): the step
+--                   the CPU was in when the GPU went idle, where the causes below are decided
 --   loader_ns       part of the gap the CPU spent in DataLoader spans
 --   h2d_ns, h2d_at_start   same for blocking host-to-device copy calls
 --   sync_ns         part of the gap covered by blocking sync calls
@@ -220,10 +241,11 @@ ASOF LEFT JOIN steps(run) st ON c.grp.rank = st.rank AND c.start_ns >= st.start_
 
 
 -- gap_causes(run, min_cover_fraction, runtime_stall_min_ns, long_gap_ns): idle time per rank and cause, with the worst step.
--- On a rank with ProfilerSteps only the idle time inside its step_range counts: a gap before
--- the first step (warm-up, start-up) or after the last one is no step's cost, and divided by the
--- step count it made costs larger than the steps themselves. Gaps crossing the range's edge
--- count their inside part.
+-- Only the idle time inside the rank's steps on the GPU clock (gpu_steps; a rank without steps:
+-- its pseudo-step over the whole GPU span) counts: a gap before the first step (warm-up,
+-- start-up) or after the last one is no step's cost, and divided by the step count it made costs
+-- larger than the steps themselves; ProfilerSteps and inferred iterations give the same figures.
+-- Gaps crossing the steps' edge count their inside part.
 -- Columns:
 --   rank, cause, gaps (count), idle_ns (total), longest_gap_ns
 --   long_idle_ns, long_gaps             the part in gaps of long_gap_ns or more (CPU busy elsewhere,
@@ -232,12 +254,13 @@ ASOF LEFT JOIN steps(run) st ON c.grp.rank = st.rank AND c.start_ns >= st.start_
 --   worst_start_ns, worst_end_ns         the longest gap of that cause (the window to look at)
 CREATE OR REPLACE MACRO gap_causes(run, min_cover_fraction, runtime_stall_min_ns, long_gap_ns) AS TABLE
 WITH all_gaps AS (
-    SELECT * FROM gpu_idle_gaps(run, min_cover_fraction, runtime_stall_min_ns)
+    SELECT rank AS grp, * FROM gpu_idle_gaps(run, min_cover_fraction, runtime_stall_min_ns)
+), windows AS (
+    SELECT rank AS grp, start_ns, end_ns FROM gpu_steps(run)
 ), g AS (
-    -- the step of a clipped gap is the one holding its (new) start
-    SELECT c.* EXCLUDE (has_steps) REPLACE (c.end_ns - c.start_ns AS dur_ns,
-                                            CASE WHEN c.has_steps THEN st.step ELSE c.step END AS step)
-    FROM in_step_range(run, 'all_gaps') c
+    -- the step of a clipped gap: the host step the CPU was in at its (new) start (as gpu_idle_gaps)
+    SELECT c.* EXCLUDE (grp) REPLACE (c.end_ns - c.start_ns AS dur_ns, st.step AS step)
+    FROM interval_clip('all_gaps', 'windows') c
     ASOF LEFT JOIN steps(run) st ON st.rank = c.rank AND c.start_ns >= st.start_ns
 ), per_step AS (
     SELECT rank, cause, step, sum(dur_ns) AS idle_ns FROM g WHERE step IS NOT NULL GROUP BY ALL

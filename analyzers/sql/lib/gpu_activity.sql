@@ -134,3 +134,21 @@ SELECT b.rank, b.tid, b.ts_ns AS start_ns, coalesce(e.end_ns, t.end_ns) AS end_n
 FROM begins b
 ASOF LEFT JOIN ends e ON e.rank = b.rank AND e.tid = b.tid AND b.ts_ns <= e.ts_ns
 JOIN trace_end t ON t.rank = b.rank;
+
+
+-- is_fp32_simt_matmul(name): an FP32 GEMM or convolution kernel on CUDA cores (cuBLAS sgemm, cuDNN
+-- scudnn, CUTLASS _simt_, xmma FP32 math f32f32_f32f32_f32; f32f32_tf32f32_f32 is TF32), tensor-core
+-- names excluded: the classification analyses/fp32_matmul (fp32_matmul_kernels) and the kernel
+-- view use. Cheap tests first, then the exclusions (tensor-core kernels whose names also say gemm).
+-- Such a kernel could run on tensor cores (TF32, FP16/BF16) and does not.
+CREATE OR REPLACE MACRO is_fp32_simt_matmul(name) AS
+    (contains(name, 'sgemm') OR contains(name, 'scudnn') OR contains(name, '_simt_')
+     OR contains(name, 'f32f32_f32f32_f32'))
+    AND NOT regexp_matches(lower(name), '(tensorop|tf32|hmma|wmma|bf16|f16|fp16|half|1688|16816|884)');
+
+
+-- is_tensor_core_kernel(name, patterns): a kernel whose name says it runs on tensor cores: it
+-- contains one of `patterns` (thresholds.TENSOR_CORE_KERNEL_PATTERNS, passed by the caller) and is
+-- not an FP32 CUDA-core matmul (xmma names 'xmma_gemm' also for FP32 math).
+CREATE OR REPLACE MACRO is_tensor_core_kernel(name, patterns) AS
+    list_bool_or(list_transform(patterns, lambda p: contains(name, p))) AND NOT is_fp32_simt_matmul(name);

@@ -1,16 +1,19 @@
 -- requires: lib/steps.sql lib/gpu_activity.sql
--- Steps on the GPU's clock. The host runs ahead of the GPU, so a ProfilerStep's host window
--- (steps(run)) does not hold its own GPU work; the step breakdown needs the window in which the
--- GPU ran that step. Findings cost per host step (steps(run)); pages that draw where a step's
--- GPU time went use these windows and say so.
+-- Steps on the GPU's clock. The host runs ahead of the GPU, so a step's host window
+-- (steps(run): ProfilerSteps or inferred iterations) does not hold its own GPU work; the step
+-- breakdown needs the window in which the GPU ran that step. Findings are per host step
+-- (steps(run) counts them); the GPU time they count per step is the GPU time inside these
+-- windows (fp32_matmul, rank_balance), and pages that draw where a step's GPU time went use them
+-- and say so.
 
 
 -- gpu_steps(run): one window per rank and step on the GPU clock.
 -- A step runs on the GPU from the first GPU activity launched (same correlation id) by a call
 -- inside its host step until the next step starts; the last step, with no next, lasts as long as
 -- its host step or until its last activity ends, whichever is later. A step whose host window
--- launched no GPU work starts at its host start (clock 'host'). A rank without ProfilerStep ranges
--- gets one pseudo-step (step NULL) from its first to its last GPU activity.
+-- launched no GPU work starts at its host start (clock 'host'). A rank without steps (no
+-- ProfilerStep ranges and no iterations to infer) gets one pseudo-step (step NULL) from its first
+-- to its last GPU activity.
 -- Columns:
 --   rank, step (NULL for the pseudo-step)
 --   start_ns, end_ns, dur_ns

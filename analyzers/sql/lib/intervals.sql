@@ -146,3 +146,37 @@ WITH a AS (
 )
 SELECT a.grp, a.id, a.start_ns, a.end_ns, coalesce(attributed.covered_ns, 0)::BIGINT AS covered_ns
 FROM a LEFT JOIN attributed USING (id);
+
+
+-- interval_clip(tbl, windows): the rows of tbl (any columns, with grp, start_ns, end_ns) cut to
+-- the union of `windows` (grp, start_ns, end_ns) of their grp, e.g. kernels cut to a rank's
+-- steps so that a per-step figure counts only what ran inside the steps it divides by. Unlike
+-- interval_intersect, overlapping rows stay apart (each kernel keeps its own row and columns).
+-- A row inside one window island gives one row; a row spanning several islands, one per island;
+-- rows of a grp without windows, and parts outside every window, are dropped. start_ns and
+-- end_ns are the clipped bounds; a dur_ns column is NOT updated.
+-- Two ASOF joins find each row's first and last island: no range join.
+CREATE OR REPLACE MACRO interval_clip(tbl, windows) AS TABLE
+WITH islands AS MATERIALIZED (
+    SELECT grp, start_ns AS island_start_ns, end_ns AS island_end_ns,
+           row_number() OVER (PARTITION BY grp ORDER BY start_ns) AS island_no
+    FROM interval_union(windows) WHERE dur_ns > 0
+), spans AS (
+    -- first island: the one starting at or before the row's start when it is still open there,
+    -- else the next; last island: the last one starting before the row's end
+    SELECT t.*,
+           CASE WHEN f.island_no IS NULL THEN 1
+                WHEN t.start_ns < f.island_end_ns THEN f.island_no ELSE f.island_no + 1 END AS td_first_island,
+           l.island_no AS td_last_island
+    FROM query_table(tbl) t
+    ASOF LEFT JOIN islands f ON t.grp = f.grp AND t.start_ns >= f.island_start_ns
+    ASOF LEFT JOIN islands l ON t.grp = l.grp AND t.end_ns > l.island_start_ns
+    WHERE t.start_ns IS NOT NULL AND t.end_ns IS NOT NULL AND t.end_ns > t.start_ns
+), pieces AS (
+    SELECT *, unnest(range(td_first_island, td_last_island + 1)) AS td_island
+    FROM spans WHERE td_last_island >= td_first_island
+)
+SELECT p.* EXCLUDE (td_first_island, td_last_island, td_island)
+           REPLACE (greatest(p.start_ns, i.island_start_ns) AS start_ns, least(p.end_ns, i.island_end_ns) AS end_ns)
+FROM pieces p JOIN islands i ON i.grp = p.grp AND i.island_no = p.td_island
+WHERE least(p.end_ns, i.island_end_ns) > greatest(p.start_ns, i.island_start_ns);

@@ -1,4 +1,4 @@
--- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/collectives.sql
+-- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/gpu_steps.sql lib/collectives.sql
 -- Rank balance: which rank the others wait for, and what it costs them.
 --
 -- A collective finishes on every rank at (about) the same moment: when the last rank has
@@ -15,7 +15,12 @@
 -- were balanced (all of it when the rank has no stall of its own hidden behind the wait; the
 -- synthesizer's straggler scenario checks this against a counterfactual run). comm_exposed.sql subtracts
 -- it from exposed comm so nothing is counted twice. CPU-only (gloo) ranks use the same rule with CPU time: work = step time
--- outside collectives, exposed = time inside collectives (gloo blocks the calling thread).
+-- outside communication, exposed = time the training thread is blocked in communication (cpu_comm_blocked,
+-- the figure comm_exposed reports for them).
+--
+-- Every per-step figure counts only what lies inside the steps it divides by (GPU activity
+-- clipped to the rank's GPU-clock steps, lib/gpu_steps.sql; CPU time to its host steps), so it is
+-- the same whether the steps are ProfilerSteps or inferred iterations, and start-up is no step's cost.
 --
 -- Built on lib/steps.sql, gpu_activity.sql, collectives.sql and intervals.sql.
 
@@ -108,24 +113,94 @@ SELECT rank, source, pg, collective, nelems, bytes, bus_factor, group_size, stre
 FROM grouped;
 
 
+-- cpu_comm_blocked(run, in_flight): for every rank with gloo collectives, the pieces of its
+-- steps (steps(run), host clock) during which communication is in flight, and whether its
+-- training thread is blocked in it. in_flight: the NAME of a table/CTE (rank, start_ns, end_ns) of
+-- the gloo spans, collective_instances' CPU rows (passed in so a caller that has them does not
+-- match them again).
+-- Columns:
+--   rank, blocked (BOOLEAN: the thread runs none of its own ops; else comm is hidden behind them)
+--   start_ns, end_ns, dur_ns
+-- The training thread carries ProfilerStep#N; on a rank whose steps were inferred, it is the
+-- thread the repeating marker runs on most. Its own work is its cpu_ops, except ops that issue a
+-- collective inside them (the autograd hook DDP all-reduces from, a comm hook that waits on its
+-- future): those may be waiting, so only their children count. A torch 2.13 CPU trace records no
+-- span for the wait itself (work.wait(), DDP's finalize after backward): it is the thread's
+-- silence while gloo works.
+CREATE OR REPLACE MACRO cpu_comm_blocked(run, in_flight) AS TABLE
+WITH gloo_spans AS MATERIALIZED (
+    SELECT rank, start_ns, end_ns FROM query_table(in_flight)
+), step_windows AS MATERIALIZED (
+    SELECT rank AS grp, start_ns, end_ns, marker FROM steps(run) WHERE rank IN (SELECT rank FROM gloo_spans)
+), marker_threads AS (
+    -- inferred steps: the thread the marker repeats on (most occurrences; lowest tid on a tie)
+    SELECT e.rank, e.pid, e.tid
+    FROM events e JOIN (SELECT DISTINCT grp AS rank, marker FROM step_windows WHERE marker IS NOT NULL) m
+         ON m.rank = e.rank AND m.marker = e.name
+    WHERE e.run_id = run AND e.kind IN ('cpu_op', 'user_annotation', 'python_function')
+    GROUP BY e.rank, e.pid, e.tid
+    QUALIFY row_number() OVER (PARTITION BY e.rank ORDER BY count(*) DESC, e.pid, e.tid) = 1
+), training_threads AS (
+    SELECT DISTINCT rank, pid, tid FROM events
+    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND starts_with(name, 'ProfilerStep')
+      AND rank IN (SELECT rank FROM gloo_spans)
+    UNION
+    SELECT rank, pid, tid FROM marker_threads
+), thread_ops AS MATERIALIZED (
+    SELECT e.rank, e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
+           starts_with(e.name, 'c10d::') OR starts_with(e.name, '_c10d_functional::')
+               OR starts_with(e.name, 'gloo:') OR e.name = 'record_param_comms' AS is_comm
+    FROM events e
+    JOIN training_threads t ON t.rank = e.rank AND t.pid IS NOT DISTINCT FROM e.pid AND t.tid IS NOT DISTINCT FROM e.tid
+    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns > 0 AND NOT starts_with(e.name, 'ProfilerStep')
+), comm_ops AS (
+    SELECT rank AS grp, start_ns, end_ns FROM thread_ops WHERE is_comm
+), comm_starts AS (
+    SELECT rank, start_ns AS comm_start_ns FROM thread_ops WHERE is_comm
+), own_ops AS (
+    -- ops with no collective issued inside them: the next comm op starts after they end
+    SELECT o.rank AS grp, o.start_ns, o.end_ns
+    FROM (SELECT * FROM thread_ops WHERE NOT is_comm) o
+    ASOF LEFT JOIN comm_starts c ON c.rank = o.rank AND o.start_ns <= c.comm_start_ns
+    WHERE c.comm_start_ns IS NULL OR c.comm_start_ns >= o.end_ns
+), own_work AS (
+    -- what runs inside a c10d op (its allocations) is that op's, i.e. communication
+    SELECT grp, start_ns, end_ns FROM interval_subtract('own_ops', 'comm_ops')
+), comm AS (
+    SELECT rank AS grp, start_ns, end_ns FROM gloo_spans UNION ALL SELECT * FROM comm_ops
+), comm_in_steps AS MATERIALIZED (
+    SELECT grp, start_ns, end_ns FROM interval_intersect('comm', 'step_windows')
+)
+SELECT grp AS rank, NOT in_b AS blocked, start_ns, end_ns, end_ns - start_ns AS dur_ns
+FROM _interval_sweep('comm_in_steps', 'own_work')
+WHERE in_a;
+
+
 -- rank_balance(run): one row per rank that has work to compare (GPU activity, or CPU steps).
 -- GPU figures use HTA's definitions and its ProfilerStep rule (gpu_activity.counted), like
 -- metrics/rank_breakdown.sql's rank_breakdown; computed here from one pass over the activity because this is
 -- the hot path of both distributed analyses.
 -- Columns:
 --   rank, n_steps, steps_divisor (n_steps or 1)
---   mean_step_ns          mean ProfilerStep duration; the GPU span when the rank has no steps
+--   mean_step_ns          mean step duration (steps(run)); the GPU span when the rank has no steps
 --   has_gpu               BOOLEAN
---   work_ns_per_step      GPU: union of compute kernels; CPU-only: step time outside collectives
---   comm_ns_per_step      GPU: union of comm kernels; CPU-only: time in collectives (within steps)
---   exposed_ns_per_step   GPU: comm kernel time no compute kernel overlaps; CPU-only: time in collectives
---   wait_ns_per_step      summed wait of its matched collective instances (0 when none matched)
+--   (the per-step figures count only what lies inside the rank's steps: GPU activity clipped to
+--   its GPU-clock steps, gpu_steps(run), whose pseudo-step covers a step-less rank's GPU span;
+--   CPU time to its host steps)
+--   work_ns_per_step      GPU: union of compute kernels; CPU-only: step time the training thread is
+--                         not blocked in communication
+--   comm_ns_per_step      GPU: union of comm kernels; CPU-only: time communication is in flight or
+--                         the training thread is in a c10d op (cpu_comm_blocked)
+--   exposed_ns_per_step   GPU: comm kernel time no compute kernel overlaps; CPU-only: time the
+--                         training thread is blocked in communication (cpu_comm_blocked)
+--   wait_ns_per_step      summed wait of its matched collective instances issued inside a step
+--                         (all of them on a rank without steps; 0 when none matched)
 --   matched_instances, instances, p2p_instances (send/recv: ranks may be pipeline stages)
 --   is_straggler          BOOLEAN: the rank the others wait for (least wait when instances were
 --                         matched across ranks, else the most work), one per run with >= 2 ranks
 --   lost_ns_per_step      exposed time beyond the straggler's: waiting for it (0 for the straggler)
 --   held_ns_per_step      exposed comm time during which the host sat in CUDA calls (held up by it);
---                         CPU-only: time in collectives
+--                         CPU-only: the exposed time (the training thread is the host)
 --   held_lost_ns_per_step held time beyond the straggler's, at most lost_ns_per_step: the part of
 --                         the waiting that also holds up the host. Waiting while the host does its own
 --                         work (a slow data loader, Python) is hidden behind that work, and balancing
@@ -133,10 +208,14 @@ FROM grouped;
 CREATE OR REPLACE MACRO rank_balance(run, host_blocked_min_ns) AS TABLE
 WITH act AS MATERIALIZED (
     SELECT rank AS grp, start_ns, end_ns, category FROM gpu_activity(run) WHERE counted
+), gpu_windows AS MATERIALIZED (
+    SELECT rank AS grp, start_ns, end_ns FROM gpu_steps(run)
+), act_in_steps AS MATERIALIZED (
+    SELECT grp, start_ns, end_ns, category FROM interval_clip('act', 'gpu_windows')
 ), compute_act AS (
-    SELECT grp, start_ns, end_ns FROM act WHERE category = 'compute'
+    SELECT grp, start_ns, end_ns FROM act_in_steps WHERE category = 'compute'
 ), comm_act AS (
-    SELECT grp, start_ns, end_ns FROM act WHERE category = 'comm'
+    SELECT grp, start_ns, end_ns FROM act_in_steps WHERE category = 'comm'
 ), gpu_span AS (
     SELECT grp AS rank, max(end_ns) - min(start_ns) AS span_ns FROM act GROUP BY grp
 ), compute_union AS (
@@ -157,18 +236,21 @@ WITH act AS MATERIALIZED (
     SELECT grp AS rank, sum(dur_ns) AS held_ns FROM interval_intersect('exposed_pieces', 'host_blocked') GROUP BY grp
 ), ci AS MATERIALIZED (
     SELECT * FROM collective_instances(run)
+), step_windows AS MATERIALIZED (
+    SELECT rank AS grp, start_ns, end_ns, dur_ns FROM steps(run)
 ), inst AS (
-    SELECT rank, sum(wait_ns) FILTER (WHERE matched) AS wait_ns,
+    -- waiting per step: only instances issued inside a step, where the rank has steps
+    SELECT rank, sum(wait_ns) FILTER (WHERE matched AND (step IS NOT NULL
+                                                         OR rank NOT IN (SELECT grp FROM step_windows))) AS wait_ns,
            count(*) FILTER (WHERE matched) AS matched_instances, count(*) AS instances,
            count(*) FILTER (WHERE collective IN ('sendrecv', 'send', 'recv')) AS p2p_instances
     FROM ci GROUP BY rank
 ), cpu_coll_spans AS (
-    SELECT rank AS grp, start_ns, end_ns FROM ci WHERE source = 'cpu'
-), step_windows AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns, dur_ns FROM steps(run)
+    SELECT rank, start_ns, end_ns FROM ci WHERE source = 'cpu'
 ), cpu_coll AS (
-    -- only the part inside ProfilerSteps, the windows work is measured in
-    SELECT grp AS rank, sum(dur_ns) AS coll_ns FROM interval_intersect('cpu_coll_spans', 'step_windows') GROUP BY grp
+    -- gloo ranks: communication in flight within steps, and the part the training thread is blocked in
+    SELECT rank, sum(dur_ns) AS coll_ns, coalesce(sum(dur_ns) FILTER (WHERE blocked), 0) AS blocked_ns
+    FROM cpu_comm_blocked(run, 'cpu_coll_spans') GROUP BY rank
 ), step_stats AS (
     SELECT grp AS rank, count(*) AS n_steps, avg(dur_ns) AS mean_step_ns, sum(dur_ns) AS step_ns
     FROM step_windows GROUP BY grp
@@ -179,13 +261,13 @@ WITH act AS MATERIALIZED (
            coalesce(st.mean_step_ns, gs.span_ns) AS mean_step_ns,
            gs.rank IS NOT NULL AS has_gpu,
            CASE WHEN has_gpu THEN coalesce(cu.compute_ns, 0)
-                ELSE greatest(st.step_ns - coalesce(cc.coll_ns, 0), 0) END / steps_divisor AS work_ns_per_step,
+                ELSE greatest(st.step_ns - coalesce(cc.blocked_ns, 0), 0) END / steps_divisor AS work_ns_per_step,
            CASE WHEN has_gpu THEN coalesce(mu.comm_ns, 0)
                 ELSE coalesce(cc.coll_ns, 0) END / steps_divisor AS comm_ns_per_step,
            CASE WHEN has_gpu THEN coalesce(ce.exposed_ns, 0)
-                ELSE coalesce(cc.coll_ns, 0) END / steps_divisor AS exposed_ns_per_step,
+                ELSE coalesce(cc.blocked_ns, 0) END / steps_divisor AS exposed_ns_per_step,
            CASE WHEN has_gpu THEN coalesce(ch.held_ns, 0)
-                ELSE coalesce(cc.coll_ns, 0) END / steps_divisor AS held_ns_per_step,
+                ELSE coalesce(cc.blocked_ns, 0) END / steps_divisor AS held_ns_per_step,
            coalesce(i.wait_ns, 0) / steps_divisor AS wait_ns_per_step,
            coalesce(i.matched_instances, 0) AS matched_instances,
            coalesce(i.instances, 0) AS instances,

@@ -138,22 +138,17 @@ UNION ALL BY NAME
 SELECT * FROM inferred_steps(run);
 
 
--- step_range(run): per rank with steps (steps(run): ProfilerSteps or inferred iterations), from
--- the start of its first step to the end of its last. Costs "per step" count only what lies inside (warm-up work before the first step,
--- a checkpoint after the last one, are no step's time).
--- Columns: rank, start_ns, end_ns
-CREATE OR REPLACE MACRO step_range(run) AS TABLE
-SELECT rank, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM steps(run) GROUP BY rank;
-
-
--- in_step_range(run, tbl): the rows of table/CTE `tbl` (any columns, with rank, start_ns,
--- end_ns) clipped to their rank's step_range; rows wholly outside it are dropped, rows of ranks
--- without steps pass unchanged. Adds has_steps (BOOLEAN). A dur_ns column is NOT updated.
-CREATE OR REPLACE MACRO in_step_range(run, tbl) AS TABLE
-SELECT * FROM (
-    SELECT i.* REPLACE (greatest(i.start_ns, coalesce(r.start_ns, i.start_ns)) AS start_ns,
-                        least(i.end_ns, coalesce(r.end_ns, i.end_ns)) AS end_ns),
-           r.rank IS NOT NULL AS has_steps
-    FROM query_table(tbl) i LEFT JOIN step_range(run) r ON r.rank = i.rank
+-- host_step_windows(run): the host-clock windows per-step figures count CPU calls in (launches,
+-- synchronisations): a rank's steps(run), or for a rank without steps one window over all time
+-- (step NULL: its figures divide by 1, so everything counts). GPU-clock rows (kernels, copies,
+-- idle gaps) are counted in gpu_steps(run) instead (lib/gpu_steps.sql). Windows for interval_clip.
+-- Columns: grp (= rank), rank, step, start_ns, end_ns
+CREATE OR REPLACE MACRO host_step_windows(run) AS TABLE
+WITH s AS MATERIALIZED (
+    SELECT rank, step, start_ns, end_ns FROM steps(run)
 )
-WHERE end_ns > start_ns;
+SELECT rank AS grp, rank, step, start_ns, end_ns FROM s
+UNION ALL
+-- +-2^61 ns: beyond any trace's timestamps, and the window's length still fits a BIGINT
+SELECT rank, rank, NULL::INTEGER, -2305843009213693952, 2305843009213693952
+FROM ranks WHERE run_id = run AND rank NOT IN (SELECT rank FROM s);
