@@ -10,7 +10,7 @@ import duckdb
 from analyzers.model import FileError, IngestResult
 from analyzers.store import connect
 
-ProgressCallback = Callable[[str, str, float], None]
+ProgressCallback = Callable[..., None]   # analyzers/progress.py
 
 
 @dataclass
@@ -29,17 +29,17 @@ def ingest_and_analyze(con: duckdb.DuckDBPyConnection, paths: Iterable[str | os.
     result = ingest_paths(con, [str(p) for p in paths], name=name, progress=progress)
     if result.run_id is None:
         return AnalysisOutcome(ingest=result, report=None, errors=list(result.errors))
-    report = analyze_stored_run(con, result.run_id, errors=result.errors + result.warnings)
+    report = analyze_stored_run(con, result.run_id, errors=result.errors + result.warnings, progress=progress)
     return AnalysisOutcome(ingest=result, report=report, errors=list(result.errors))
 
 
 def analyze_stored_run(con: duckdb.DuckDBPyConnection, run_id: str,
-                       errors: Iterable[FileError] = ()) -> dict[str, Any]:
+                       errors: Iterable[FileError] = (), progress: ProgressCallback | None = None) -> dict[str, Any]:
     """Re-run every analysis on a stored run (refreshing its findings) and return its report."""
     from analyzers.findings import analyze_run
     from analyzers.report import build_report
 
-    analyze_run(con, run_id)
+    analyze_run(con, run_id, progress=progress)
     return build_report(con, run_id, errors=tuple(errors))
 
 

@@ -11,6 +11,7 @@ safe_text.terminal_safe: no escape sequence, bidi override or undecodable byte r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import json
 import math
@@ -33,6 +34,11 @@ class _ArgumentParser(argparse.ArgumentParser):
         super()._print_message(terminal_safe_lines(message), file)
 
 
+def _add_quiet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines on stderr (errors and warnings are still printed)")
+
+
 def _add_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", metavar="FILE",
                         help="DuckDB store (default: $TRACEDOCTOR_DB or ~/.local/share/tracedoctor/tracedoctor.duckdb)")
@@ -46,9 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="TraceDoctor: find what wastes GPU time in PyTorch profiler traces.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("ingest", help="load trace files (one run: all ranks of one job); prints the run id")
+    p = sub.add_parser("ingest", help="load trace files (one run: all ranks of one job; files of several "
+                                      "jobs: one run per job); prints the run id(s)")
     p.add_argument("paths", nargs="+", metavar="PATH", help=".json, .json.gz, .zip, .tar.gz or a directory")
     p.add_argument("--name", help="run name (default: the first path's base name)")
+    _add_quiet(p)
     _add_db(p)
 
     p = sub.add_parser("runs", help="list stored runs")
@@ -79,6 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"exit 1 when a finding of KIND (or 'any') costs >= PCT %% of step time (default 0); "
                         f"repeatable. Findings are reported from {MIN_FINDING_PCT:g}%% of step time, so a PCT "
                         f"below {MIN_FINDING_PCT:g} acts as {MIN_FINDING_PCT:g}")
+    _add_quiet(p)
+    _add_db(p)
+
+    p = sub.add_parser("top", help="a stored run's costliest GPU kernels or CPU ops (the dashboard's "
+                                   "Operators & kernels view)")
+    p.add_argument("run_id", metavar="RUN_ID")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--kernels", dest="of_kind", action="store_const", const="kernels",
+                      help="GPU kernels by total time (the default)")
+    what.add_argument("--ops", dest="of_kind", action="store_const", const="ops", help="CPU ops by self time")
+    p.add_argument("--rank", type=int, metavar="R", help="one rank only (default: all ranks summed)")
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="rows to show (default 20)")
+    p.add_argument("--json", action="store_true", help="JSON on stdout instead of a table")
     _add_db(p)
     return parser
 
@@ -192,21 +213,74 @@ def _record_ingest(con, result) -> None:
         record_audit(con, "ingest", result.run_id, _actor(), f"{len(result.files)} file(s)")
 
 
+class _StderrProgress:
+    """Progress on stderr (never stdout, which carries the run id or the report): one line
+    rewritten in place on a terminal, else one plain line per event worth a line."""
+
+    def __init__(self, stream=None):
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.width = 0
+
+    def __call__(self, stage: str, item: str, fraction: float, **details: Any) -> None:
+        from analyzers.progress import progress_text
+
+        if not self.tty and details.get("done") == 0:   # "starting": the next line says more
+            return
+        line = terminal_safe(clip(progress_text(stage, item, fraction, **details), TRACE_TEXT_LIMIT))
+        if self.tty:
+            self.stream.write("\r" + line.ljust(self.width))
+            self.width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        """Ends the rewritten line, so the next message starts on a line of its own."""
+        if self.tty and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.width = 0
+
+
+@contextlib.contextmanager
+def _progress(args):
+    """The stderr progress line for a long command (None with --quiet), finished however it ends."""
+    progress = None if getattr(args, "quiet", False) else _StderrProgress()
+    try:
+        yield progress
+    finally:
+        if progress is not None:
+            progress.done()
+
+
 def _cmd_ingest(con, args) -> int:
-    from analyzers.ingest import ingest_paths
+    from analyzers.ingest import ingest_jobs
 
     if _blank_paths(args.paths) or _bad_name(args.name) or not _writable(con, "ingest"):
         return EXIT_NOTHING_LOADED
-    result = ingest_paths(con, args.paths, name=args.name)
-    _print_problems(result.errors)
-    _print_problems(result.warnings, "warning")
-    if result.run_id is None:
+    with _progress(args) as progress:
+        results = ingest_jobs(con, args.paths, name=args.name, progress=progress)
+    for result in results:
+        _print_problems(result.errors)
+        _print_problems(result.warnings, "warning")
+    loaded = [result for result in results if result.run_id is not None]
+    if not loaded:
         _say("error: nothing could be loaded")
         return EXIT_NOTHING_LOADED
-    _record_ingest(con, result)
-    if result.reused:
-        _say(f"note: identical files already stored as run {result.run_id}")
-    print(result.run_id)
+    if len(results) > 1:
+        from analyzers.ingest.jobs import MIXED_JOBS
+        from analyzers.queries import run_info
+
+        _say(f"note: {MIXED_JOBS.format(n=len(results))}: stored as {len(loaded)} runs, one per job:")
+        for result in loaded:
+            _say(f"  {result.run_id}  {(run_info(con, result.run_id) or {}).get('name', '')} "
+                 f"({len(result.files)} file(s))")
+    for result in loaded:
+        _record_ingest(con, result)
+        if result.reused:
+            _say(f"note: identical files already stored as run {result.run_id}")
+        print(result.run_id)
     return EXIT_OK
 
 
@@ -360,8 +434,14 @@ def _cmd_analyze(con, args) -> int:
             return EXIT_NOTHING_LOADED
         if not _writable(con, "analyze of trace files (they are ingested first)"):
             return EXIT_NOTHING_LOADED
-        outcome = ingest_and_analyze(con, args.paths, name=args.name)
+        with _progress(args) as progress:
+            outcome = ingest_and_analyze(con, args.paths, name=args.name, progress=progress)
         _print_problems(outcome.errors)
+        from analyzers.ingest.jobs import is_mixed_jobs_refusal
+
+        if any(is_mixed_jobs_refusal(e.error) for e in outcome.errors):
+            _say("note: store one run per job with: python -m analyzers ingest PATH..., then analyze each "
+                 "printed RUN_ID")
         _record_ingest(con, outcome.ingest)
         report = outcome.report
         if report is None:
@@ -401,8 +481,55 @@ def _emit(text: str, out: str | None) -> None:
         print(text)
 
 
+def _cmd_top(con, args) -> int:
+    """The top kernels or ops of a stored run over the whole run, as a terminal-safe table or JSON."""
+    from analyzers import queries
+    from analyzers.runs import matching_run_ids
+
+    wanted = _wanted_id(args)
+    if wanted is None:
+        return EXIT_NOTHING_LOADED
+    run_id = _unique_match(matching_run_ids(con, wanted), wanted, f"no stored run '{wanted}'")
+    if run_id is None:
+        return EXIT_NOTHING_LOADED
+    if args.limit < 1:
+        _say("error: --limit must be at least 1")
+        return EXIT_NOTHING_LOADED
+    of_kind = args.of_kind or "kernels"
+    top = queries.top_kernels if of_kind == "kernels" else queries.top_ops
+    frame = top(con, run_id, rank=args.rank, limit=args.limit)
+    rows = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    if args.json:
+        _print_json({"run_id": run_id, "of": of_kind, "rank": args.rank, "rows": rows})
+        return EXIT_OK
+    if not rows:
+        print(f"no {'GPU kernels' if of_kind == 'kernels' else 'CPU ops'} in run {run_id}"
+              + ("" if args.rank is None else f" on rank {args.rank}"))
+        return EXIT_OK
+
+    def ms(v):
+        return "" if v is None else f"{v:,.2f}"
+
+    def pct(v):
+        return "" if v is None else f"{v:.1f}%"
+
+    if of_kind == "kernels":
+        table = [{"kernel": r["name"], "calls": f"{r['calls']:,}", "total ms": ms(r["total_ms"]),
+                  "mean ms": ms(r["mean_ms"]), "% busy": pct(r["busy_pct"]), "% step": pct(r["step_pct"]),
+                  "tensor cores": "yes" if r["tensor_core"] else ("FP32, could" if r["fp32_cuda_core"] else "")}
+                 for r in rows]
+    else:
+        table = [{"op": r["name"], "calls": f"{r['calls']:,}", "self ms": ms(r["self_ms"]),
+                  "total ms": ms(r["total_ms"]), "% step (self)": pct(r["self_pct"]), "GPU ms": ms(r["gpu_total_ms"]),
+                  "tensor cores": ("eligible" + ("" if r["tc_pct"] is None else f", {r['tc_pct']:.0f}% used"))
+                                  if r["tensor_core_eligible"] else ""}
+                 for r in rows]
+    print(_format_table(table, list(table[0])))
+    return EXIT_OK
+
+
 COMMANDS = {"ingest": _cmd_ingest, "runs": _cmd_runs, "trash": _cmd_trash, "delete": _cmd_delete,
-            "restore": _cmd_restore, "analyze": _cmd_analyze}
+            "restore": _cmd_restore, "analyze": _cmd_analyze, "top": _cmd_top}
 
 # The signals that stopped the command, in order: DuckDB turns the KeyboardInterrupt raised in the
 # handler into its own error ("Query interrupted", a RuntimeError in DuckDB 2.0), so the exit

@@ -28,6 +28,7 @@ from analyzers.contract import clip_strings, finding_contract
 from analyzers.integrity import integrity_notes
 from analyzers.analyses import analysis_modules, analysis_specs, gap_causes
 from analyzers.model import Finding
+from analyzers.progress import Progress, teller
 from analyzers.root_causes import (RunCosts, group_across_ranks, link_consequences, order_findings, run_costs,
                                    unmet_needs)
 from analyzers.safe_text import SUMMARY_LIMIT, clip
@@ -308,6 +309,13 @@ def fix_verdicts(kind: str, fix_ids: list[str], metrics: Mapping[str, Any],
     return ruled_out, unknown
 
 
+def order_fixes(fix_ids: list[str], ruled_out: Mapping[str, str], unknown: Mapping[str, str]) -> list[str]:
+    """fix_ids with the ones that apply first, then the unknown ones, then those ruled out, each
+    part in the order given (the registry's fit): a fix whose precondition the trace does not show
+    (ruled out by the finding's metrics or by the trace, as fix_verdicts says) is never first."""
+    return sorted(fix_ids, key=lambda fix_id: 2 if fix_id in ruled_out else 1 if fix_id in unknown else 0)
+
+
 def _unique_ids(findings: list[Finding]) -> None:
     seen: dict[str, int] = {}
     for f in findings:
@@ -367,27 +375,37 @@ def _carry_marks_to_root_causes(con: duckdb.DuckDBPyConnection, run_id: str) -> 
 
 
 def run_analyses(con: duckdb.DuckDBPyConnection, run_id: str,
-                 thresholds: Mapping[str, Any] | None = None) -> tuple[list[Finding], list[str]]:
+                 thresholds: Mapping[str, Any] | None = None,
+                 progress: Progress | None = None) -> tuple[list[Finding], list[str]]:
     """Every analysis on the run: (findings, root causes first, each consequence after its cause;
-    notes). Stores nothing."""
-    findings, notes, _ = analyze_root_causes(con, run_id, thresholds)
+    notes). Stores nothing. progress: told each analysis (analyzers/progress.py)."""
+    findings, notes, _ = analyze_root_causes(con, run_id, thresholds, progress)
     return findings, notes
 
 
 def analyze_root_causes(con: duckdb.DuckDBPyConnection, run_id: str,
-                        thresholds: Mapping[str, Any] | None = None) -> tuple[list[Finding], list[str], RunCosts]:
+                        thresholds: Mapping[str, Any] | None = None,
+                        progress: Progress | None = None) -> tuple[list[Finding], list[str], RunCosts]:
     """Every analysis on the run, its per-rank findings grouped into one finding per cause
-    (analyzers.root_causes), consequences linked to their cause: (findings, notes, RunCosts)."""
+    (analyzers.root_causes), consequences linked to their cause: (findings, notes, RunCosts).
+    progress: told "analysing" before each stage (the shared views, each analysis, the idle
+    split) and "analysed" at the end."""
+    tell = teller(progress)
     ensure_loaded(con)
     resolved = th.resolve(thresholds)
+    modules = analysis_modules()
+    stages = len(modules) + 2      # the shared views, each analysis, the idle split by cause
+    tell("analysing", "shared per-run views", 0.0, done=1, total=stages)
     with run_cache(con, run_id, resolved):   # the shared per-run views, computed once for all analyses
         ctx = build_context(con, run_id, resolved)
         findings: list[Finding] = []
-        for module in analysis_modules():
+        for index, module in enumerate(modules, 2):
+            tell("analysing", module.SPEC.title, (index - 1) / stages, done=index, total=stages)
             try:
                 findings.extend(module.find(con, run_id, ctx))
             except Exception as exc:  # one broken analysis must not hide the others' findings
                 ctx.notes.append(f"The {module.SPEC.kind} analysis failed on this run: {exc}")
+        tell("analysing", "GPU idle time by cause", (stages - 1) / stages, done=stages, total=stages)
         try:
             gap_rows = gap_causes(con, run_id, ctx) if ctx.has_gpu else []
         except duckdb.Error as exc:    # costs that cannot be split by cause: no "unexplained idle" figure
@@ -416,10 +434,12 @@ def analyze_root_causes(con: duckdb.DuckDBPyConnection, run_id: str,
 
 
 def analyze_run(con: duckdb.DuckDBPyConnection, run_id: str,
-                thresholds: Mapping[str, Any] | None = None) -> list[Finding]:
-    """Run all analyses, replace the run's rows in `findings`, return findings by cost (desc)."""
-    findings, notes, costs = analyze_root_causes(con, run_id, thresholds)
+                thresholds: Mapping[str, Any] | None = None, progress: Progress | None = None) -> list[Finding]:
+    """Run all analyses, replace the run's rows in `findings`, return findings by cost (desc);
+    progress: told each analysis stage (analyzers/progress.py)."""
+    findings, notes, costs = analyze_root_causes(con, run_id, thresholds, progress)
     store_findings(con, run_id, findings, notes, costs)
+    teller(progress)("analysed", "", 1.0, findings=len(findings))
     return findings
 
 
@@ -451,7 +471,7 @@ def computed_finding_contract(finding: Finding, trace: Mapping[str, Any] | None 
         "ranks": finding.ranks, "caused_by": finding.caused_by,
         "step": finding.step, "stream": finding.stream, "start_ns": finding.t_start_ns, "end_ns": finding.t_end_ns,
         "cost_ms_per_step": finding.cost_ns / 1e6, "cost_pct": finding.cost_pct, "summary": finding.summary,
-        "metrics": finding.metrics, "fixes": finding.fix_ids,
+        "metrics": finding.metrics, "fixes": order_fixes(list(finding.fix_ids), ruled_out, unknown),
         "fixes_ruled_out": ruled_out, "fixes_unknown": unknown,
         "mark_status": None, "mark_note": None,
     })

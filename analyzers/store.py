@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -10,6 +11,22 @@ import duckdb
 
 SCHEMA_FILE = Path(__file__).with_name("schema.sql")
 DB_ENV_VAR = "TRACEDOCTOR_DB"
+MEMORY_LIMIT_ENV_VAR = "TRACEDOCTOR_MEMORY_LIMIT"
+# What DuckDB may hold in memory before it spills to disk (next to the store, `<store>.tmp`).
+# DuckDB's own default is 80% of RAM, so a run's analyses held every rank's events at once (8 GB
+# for 8 ranks of 1 GB); with a cap that a 1 GB rank needs, memory stays flat as ranks grow
+# (bench/README.md "Bounded memory").
+DEFAULT_MEMORY_LIMIT = "1GB"
+_MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
+
+
+def memory_limit() -> str:
+    """$TRACEDOCTOR_MEMORY_LIMIT (e.g. "4GB"), else DEFAULT_MEMORY_LIMIT; a value DuckDB would not
+    read is an error naming the variable."""
+    value = os.environ.get(MEMORY_LIMIT_ENV_VAR) or DEFAULT_MEMORY_LIMIT
+    if not _MEMORY_SIZE.match(value):
+        raise ValueError(f"{MEMORY_LIMIT_ENV_VAR}={value!r} is not a size such as 512MB or 4GB")
+    return value.strip()
 
 
 def default_db_path() -> Path:
@@ -64,6 +81,9 @@ def connect(db_path: str | os.PathLike | None = None, read_only: bool | None = F
     # DuckDB draws a progress bar on stdout for statements over 2 s (a big ingest): never in
     # the CLI's JSON, never in a server's log
     con.execute("SET enable_progress_bar = false")
+    con.execute(f"SET memory_limit = '{memory_limit()}'")    # checked by memory_limit()'s pattern
+    if path == ":memory:" or read_only:   # DuckDB would spill to ./.tmp, wherever the process started
+        con.execute("SET temp_directory = ?", [os.path.join(tempfile.gettempdir(), f"tracedoctor-spill-{os.getpid()}")])
     # A bulk append (an ingest) buffers this many row groups per thread before writing them
     # out; DuckDB's default of 5 (~614k events) kept a 100 MB trace whole in memory until the
     # commit. One: 100 MB peaked at 188-191 MiB instead of 227, 1 GB at 295 instead of 393,

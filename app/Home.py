@@ -25,6 +25,7 @@ REVIEW_PAGES = [
     ("views/overview.py", "Overview", ":material/dashboard:"),
     ("views/findings.py", "Findings", ":material/stethoscope:"),
     ("views/timeline.py", "Timeline", ":material/timeline:"),
+    ("views/kernels.py", "Operators & kernels", ":material/bar_chart:"),
     ("views/ranks.py", "Ranks", ":material/grid_on:"),
     ("views/communication.py", "Communication", ":material/sync_alt:"),
     ("views/compare.py", "Compare runs", ":material/compare_arrows:"),
@@ -78,6 +79,15 @@ def main() -> None:
             st.error(f"The run store `{state.db_path()}` cannot be opened or written ({exc}). Point "
                      "TRACEDOCTOR_DB at a file you may write, or fix its permissions, then reload.",
                      icon=":material/database:")
+    except Exception as exc:
+        if not state.is_store_io_error(exc):
+            raise
+        # the store's file failed under the open connection (deleted from a network disk, say):
+        # reopened at the next click rather than failing on every page until a restart
+        logging.getLogger("tracedoctor").error("store %s: %s", state.db_path(), exc)
+        state.lease().mark_stale()
+        st.error("The run store could not be read (its file was deleted, replaced or is unreachable). "
+                 "It is reopened at your next click; reload this page.", icon=":material/database:")
     finally:
         state.release_run_cursor()   # the store closes when no click needs it: the CLI can write to it
 

@@ -14,9 +14,11 @@ threads, and so does a run that starts while the same session's previous run is 
 finishing. Ingest and the other writes take one lock so two tabs uploading at once do not
 conflict.
 
-Everything derived from events is cached by (store, run id): a run id is the content hash of its
-files, so the same id always means the same events. Findings and marks change on re-analysis and
-review, so they are read fresh (they are small).
+Everything derived from events is cached by (store, run id, code version): a run id is the
+content hash of its files, so the same id always means the same events, and a load of other runs
+keeps those caches. Findings and marks change on re-analysis and review, so they are read fresh
+(they are small). A store file deleted or replaced while the server runs is noticed (StoreLease
+compares the file it opened with the one at the path), said once per session, and reopened.
 """
 from __future__ import annotations
 
@@ -57,12 +59,57 @@ class StoreLease:
     _users: int = 0
     _generation: int = 0          # bumped by every close: a late timer must not close a newer open
     _schema_checked: bool = False
+    # The file last opened (st_dev, st_ino): an open connection keeps reading and writing a file
+    # deleted or replaced under it, so runs loaded then would vanish at its close.
+    _identity: tuple[int, int] | None = None
+    _stale: bool = False          # the file changed while a cursor was out: close at the next chance
+    replacements: int = 0         # how often the file was found deleted or replaced
+    replaced_how: str = ""        # "deleted" or "replaced", the last time
+    replacements_handled: int = 0  # replacements whose stale caches were dropped (store_changed)
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            found = os.stat(self.path)
+        except OSError:
+            return None
+        return found.st_dev, found.st_ino
+
+    def _check_file(self) -> bool:
+        """Under _lock: True (and counted) when the file is no longer the one last opened."""
+        if self._identity is None or self._stale:
+            return False
+        now = self._file_identity()
+        if now == self._identity:
+            return False
+        self.replacements += 1
+        self.replaced_how = "deleted" if now is None else "replaced"
+        self._identity = None
+        self._stale = self._con is not None
+        return True
+
+    def check_file(self) -> bool:
+        """True when the store file was deleted or replaced since it was last opened: the next
+        acquire opens (or creates) the file now at the path instead of the one it had."""
+        with self._lock:
+            return self._check_file()
+
+    def mark_stale(self) -> None:
+        """The store failed with an I/O error: reopen it at the next chance."""
+        with self._lock:
+            if self._con is not None:
+                self._stale = True
 
     def acquire(self, wait_s: float = 0.0) -> duckdb.DuckDBPyConnection:
-        """A cursor of its own on the store, opening it when closed; StoreBusy when another
-        process still holds the file after wait_s, StoreUnavailable when it cannot be opened
-        at all. Hand it back with release()."""
+        """A cursor of its own on the store, opening it when closed (reopening it when its file
+        was deleted or replaced meanwhile); StoreBusy when another process still holds the file
+        after wait_s, StoreUnavailable when it cannot be opened at all. Hand it back with release()."""
         with self._lock:
+            self._check_file()
+            if self._con is not None and self._stale and self._users == 0:
+                try:
+                    self._close()
+                except duckdb.Error:
+                    self._con = None   # closing the old file failed: it is gone either way
             if self._con is None:
                 # a store file deleted while the server runs is created afresh, with its schema
                 fresh = not self._schema_checked or not os.path.exists(self.path)
@@ -71,6 +118,8 @@ class StoreLease:
                 except (duckdb.Error, OSError) as exc:
                     raise StoreUnavailable(exc) from exc
                 self._schema_checked = True
+                self._stale = False
+                self._identity = self._file_identity()
             self._users += 1
             try:
                 return self._con.cursor()
@@ -100,6 +149,7 @@ class StoreLease:
     def _close(self) -> None:
         con, self._con = self._con, None
         self._generation += 1
+        self._stale = False
         con.close()
 
     @property
@@ -120,6 +170,11 @@ class StoreUnavailable(Exception):
         elif "read-only" in str(cause).lower():
             reason = "the file or its folder is read-only"
         super().__init__(reason)
+
+
+def is_store_io_error(exc: BaseException) -> bool:
+    """An I/O error of the store's own file (it vanished from a network disk, say) met by a page."""
+    return isinstance(exc, duckdb.IOException)
 
 
 def db_path() -> str:
@@ -167,7 +222,25 @@ def cur() -> duckdb.DuckDBPyConnection:
             st.stop()
         notice.empty()
     _this_run.held = (current, cursor)
+    _tell_replacement(current)
     return cursor
+
+
+def _tell_replacement(current: StoreLease) -> None:
+    """Once per session after the store file was deleted or replaced under the server: say so
+    (the runs it held are not shown any more) instead of failing on every page."""
+    if current.replacements_handled != current.replacements:
+        current.replacements_handled = current.replacements
+        store_changed()
+    seen = st.session_state.get("_store_replacements")
+    st.session_state["_store_replacements"] = current.replacements
+    if seen is None or seen == current.replacements:
+        return
+    what = ("was deleted; a new, empty store was created in its place" if current.replaced_how == "deleted"
+            else "was replaced by another file; the dashboard now reads that one")
+    st.warning(f"The run store file {what}. Runs stored in the old file are no longer listed; load them again "
+               "from **Load traces** if needed.", icon=":material/database:")
+    st.session_state[STORE_REPLACED_KEY] = True
 
 
 def release_run_cursor() -> None:
@@ -181,34 +254,45 @@ def release_run_cursor() -> None:
 
 # --------------------------------------------------------------------------- writes
 
-def ingest(paths: list[str], name: str | None = None,
-           progress: Callable[[str, str, float], None] | None = None,
-           audit: tuple[str, str | None, str] | None = None) -> dict[str, Any]:
-    """Ingest one run and analyse it, under the write lock; audit (action, actor, detail) is
-    recorded in the store's audit log with the run it gave.
+def ingest(paths: list[str], name: str | None = None, progress: Callable[..., None] | None = None,
+           audit: tuple[str, str | None, str] | None = None) -> list[dict[str, Any]]:
+    """Ingest the files, one run per job they come from (usually one; analyzers.ingest.ingest_jobs),
+    and analyse each, under the write lock; audit (action, actor, detail) is recorded in the
+    store's audit log with each run it gave. progress: told every file, rank and analysis stage
+    (analyzers/progress.py), with job=(i, n) when the files held several jobs.
 
-    Returns {"run_id", "reused", "files", "errors", "warnings" (lists of {"file", "error"}),
-    "findings" (count), "analysis_error" (str or None)}.
+    Returns one dict per job: {"run_id", "name", "reused", "files", "errors", "warnings" (lists of
+    {"file", "error"}), "findings" (count), "analysis_error" (str or None)}.
     """
-    from analyzers.ingest import ingest_paths
+    from analyzers.findings import analyze_run
+    from analyzers.ingest import ingest_jobs
+    from analyzers.progress import teller
 
+    tell = teller(progress)
+    outcomes = []
     with lease().write_lock:
-        result = ingest_paths(cur(), paths, name=name, progress=progress)
-        if audit is not None:
-            action, actor, detail = audit
-            run_store.record_audit(cur(), action, run_id=result.run_id, actor=actor, detail=detail)
-        outcome = {"run_id": result.run_id, "reused": result.reused, "files": list(result.files),
-                   "errors": [e.to_dict() for e in result.errors],
-                   "warnings": [w.to_dict() for w in result.warnings], "findings": 0, "analysis_error": None}
-        if result.run_id is not None:
-            try:
-                from analyzers.findings import analyze_run
-
-                outcome["findings"] = len(analyze_run(cur(), result.run_id))
-            except Exception as exc:  # the run is stored; say plainly that its analysis failed
-                outcome["analysis_error"] = f"the traces loaded but their analysis failed: {exc}"
-    st.cache_data.clear()
-    return outcome
+        results = ingest_jobs(cur(), paths, name=name, progress=progress)
+        for number, result in enumerate(results, 1):
+            if audit is not None:
+                action, actor, detail = audit
+                run_store.record_audit(cur(), action, run_id=result.run_id, actor=actor, detail=detail)
+            info = queries.run_info(cur(), result.run_id) if result.run_id else None
+            outcome = {"run_id": result.run_id, "name": info["name"] if info else None, "reused": result.reused,
+                       "files": list(result.files), "errors": [e.to_dict() for e in result.errors],
+                       "warnings": [w.to_dict() for w in result.warnings], "findings": 0, "analysis_error": None}
+            if result.run_id is not None:
+                job = (number, len(results))
+                try:
+                    outcome["findings"] = len(analyze_run(
+                        cur(), result.run_id,
+                        progress=lambda stage, item, fraction, **details: tell(stage, item, fraction, job=job,
+                                                                               **details)))
+                except Exception as exc:  # the run is stored; say plainly that its analysis failed
+                    outcome["analysis_error"] = f"the traces loaded but their analysis failed: {exc}"
+            outcomes.append(outcome)
+    # No st.cache_data.clear() here: cached figures are keyed by run id, and a load changes no
+    # stored run's events (a reused run's are the same bytes), so other runs' figures stay warm.
+    return outcomes
 
 
 def reanalyze(run_id: str) -> None:
@@ -290,8 +374,19 @@ def _load_samples(path: str, manifest: str | None) -> list[FileError]:
     return problems
 
 
+def store_changed() -> None:
+    """After the store file was deleted or replaced: cached results and the record that the
+    sample runs are loaded belong to the old file."""
+    st.cache_data.clear()
+    _load_samples.clear()
+
+
 def ensure_samples_loaded() -> list[FileError]:
     manifest = manifest_path()
+    current = lease()
+    if current.check_file():
+        current.replacements_handled = current.replacements
+        store_changed()
     try:
         return _load_samples(db_path(), None if manifest is None else str(manifest))
     except StoreBusy as busy:   # not cached: the next click tries again
@@ -304,21 +399,45 @@ def list_runs() -> list[dict[str, Any]]:
     return run_store.list_runs(cur())
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def step_breakdown(path: str, run_id: str) -> pd.DataFrame:
+def code_version() -> str:
+    """The analysis version of this code (the SQL library among it): a part of every cache key,
+    so results computed by other SQL are not served after the code changed under a running server."""
+    from analyzers.findings import analysis_version
+
+    return analysis_version()
+
+
+# The per-run figures below take seconds on a 1 GB run: each is computed once per run id (a
+# content hash: its events never change) and code version, with a spinner saying what is being
+# computed meanwhile, and kept across loads of other runs.
+
+@st.cache_data(show_spinner="Computing the step times of this run…", max_entries=64)
+def _step_breakdown(path: str, run_id: str, version: str) -> pd.DataFrame:
     return queries.step_breakdown(cur(), run_id)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def rank_breakdown(path: str, run_id: str) -> pd.DataFrame:
+def step_breakdown(path: str, run_id: str) -> pd.DataFrame:
+    return _step_breakdown(path, run_id, code_version())
+
+
+@st.cache_data(show_spinner="Computing where each rank's time goes…", max_entries=64)
+def _rank_breakdown(path: str, run_id: str, version: str) -> pd.DataFrame:
     return queries.rank_breakdown(cur(), run_id)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def rank_summary(path: str, run_id: str) -> pd.DataFrame:
+def rank_breakdown(path: str, run_id: str) -> pd.DataFrame:
+    return _rank_breakdown(path, run_id, code_version())
+
+
+@st.cache_data(show_spinner="Summarising the ranks of this run…", max_entries=64)
+def _rank_summary(path: str, run_id: str, version: str) -> pd.DataFrame:
     from analyzers.metrics import rank_summary as summary
 
     return pd.DataFrame(summary(cur(), run_id))
+
+
+def rank_summary(path: str, run_id: str) -> pd.DataFrame:
+    return _rank_summary(path, run_id, code_version())
 
 
 def is_cpu_only(run_id: str) -> bool:
@@ -327,14 +446,22 @@ def is_cpu_only(run_id: str) -> bool:
     return bool(len(summary)) and bool(summary["idle_pct"].isna().all())
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def collectives(path: str, run_id: str) -> pd.DataFrame:
+@st.cache_data(show_spinner="Matching the collectives of this run across ranks…", max_entries=64)
+def _collectives(path: str, run_id: str, version: str) -> pd.DataFrame:
     return queries.collectives(cur(), run_id)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def collective_summary(path: str, run_id: str) -> pd.DataFrame:
+def collectives(path: str, run_id: str) -> pd.DataFrame:
+    return _collectives(path, run_id, code_version())
+
+
+@st.cache_data(show_spinner="Summarising the collectives of this run…", max_entries=64)
+def _collective_summary(path: str, run_id: str, version: str) -> pd.DataFrame:
     return queries.collective_summary(cur(), run_id)
+
+
+def collective_summary(path: str, run_id: str) -> pd.DataFrame:
+    return _collective_summary(path, run_id, code_version())
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -370,6 +497,7 @@ def run_info(run_id: str) -> dict[str, Any] | None:
 RUN_KEY = "run_id"
 PENDING_RUN_KEY = "_pending_run_id"
 GONE_RUN_KEY = "_gone_run_id"
+STORE_REPLACED_KEY = "_store_replaced_now"
 PICKER_KEY = "_run_picker"
 
 
@@ -406,6 +534,8 @@ def sidebar_run_picker(problems: list[FileError]) -> str | None:
         for problem in problems:
             st.warning(f"{md(Path(problem.file).name)}: {md(problem.error)}")
     gone = st.session_state.pop(GONE_RUN_KEY, None)
+    if st.session_state.pop(STORE_REPLACED_KEY, False):
+        gone = None   # not deleted from the store: the store itself changed, as its warning said
     if gone is not None:
         st.warning(f"The run you were looking at (`{gone[:8]}`) is no longer stored: it was deleted, here or by "
                    "someone else (a maintainer can restore it from the trash in **Manage runs**)."

@@ -293,12 +293,13 @@ def test_temp_directory_is_made_or_named_when_unusable(con, tmp_path, good, monk
     assert "cannot use the temp directory" in errors_by_file(res)[str(good)]
 
 
-def test_files_of_different_jobs_are_flagged(con, tmp_path):
+def test_files_of_different_jobs_are_refused(con, tmp_path):
     one = write(tmp_path / "single" / "trace.json", trace_text([event()], {"distributedInfo": {"rank": 0, "world_size": 1}}))
     job = write(tmp_path / "job" / "rank1.json", trace_text([event()], {"distributedInfo": {"rank": 1, "world_size": 2}}))
-    res = ingest_paths(con, [one, job])
-    assert res.ranks == [0, 1]
-    assert any("disagree on the job's world size (1 in trace.json, 2 in rank1.json)" in w.error for w in res.warnings)
+    res = ingest_paths(con, [one, job])   # ingest_jobs stores one run each (tests/test_ingest_jobs.py)
+    assert res.run_id is None
+    assert "2 different jobs" in res.errors[0].error
+    assert "trace (1 file, world size 1" in res.errors[0].error and "rank1 (1 file, world size 2" in res.errors[0].error
 
 
 def test_a_directory_of_thousands_of_json_files_is_refused_at_once(con, tmp_path, good):

@@ -103,13 +103,15 @@ def test_epoch_timestamps_are_exact(con, tmp_path, monkeypatch, route):
 def test_exactness_decided_per_rank_in_one_run(con, tmp_path, monkeypatch):
     monkeypatch.setattr(ingest_parse, "SMALL_BODY", 0)
     epoch = write(tmp_path / "rank0.json", trace_text([event(ts=EPOCH_TS)] * 3))
-    integer_epoch = write(tmp_path / "rank1.json", trace_text([event(ts="1610366662254362", dur="4")]))
-    relative = write(tmp_path / "rank2.json", trace_text([event(ts="4458677009853.422", dur="2636.669")]))
+    integer_epoch = write(tmp_path / "rank1.json", trace_text([event(ts="1712195495519700", dur="4")]))
+    # a relative clock, dated by baseTimeNanoseconds to the same minute: one job (else refused as another)
+    relative = write(tmp_path / "rank2.json", trace_text([event(ts="4458677009853.422", dur="2636.669")],
+                                                         {"baseTimeNanoseconds": 1712195495000000000}))
     res = ingest_paths(con, [epoch, integer_epoch, relative])
     assert res.errors == [] and res.ranks == [0, 1, 2]
     assert con.execute("SELECT rank, ts_ns, dur_ns FROM events ORDER BY rank, ts_ns").fetchall() == [
         (0, EPOCH_TS_NS, 2250), (0, EPOCH_TS_NS, 2250), (0, EPOCH_TS_NS, 2250),
-        (1, 1610366662254362000, 4000), (2, 4458677009853422, 2636669)]
+        (1, 1712195495519700000, 4000), (2, 4458677009853422, 2636669)]
 
 
 def test_epoch_timestamps_round_to_the_ns_whatever_the_decimals(con, tmp_path):

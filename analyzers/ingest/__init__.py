@@ -1,17 +1,20 @@
 """Ingest: Kineto trace files → the DuckDB store (runs, ranks, events).
 
     ingest_paths(con, paths, name=None, progress=None, limits=None) -> IngestResult
+    ingest_jobs(con, paths, name=None, progress=None, limits=None) -> list[IngestResult]
 
 paths: str/Path or a list of them: .json, .json.gz, .zip or .tar.gz of rank files, or a
 directory (searched recursively for *.json / *.json.gz). One call is one run. The event arrays
 are parsed by DuckDB itself from byte ranges of the files (never as Python objects); gzip and
 archive members are inflated straight into such ranges in a private temp directory
-($TRACEDOCTOR_TMPDIR, else the system temp dir) under the caps in `Limits`. progress(stage, file, fraction) is called with stages
-"reading", "parsing", "writing". Identical files ingested again return the stored run with
+($TRACEDOCTOR_TMPDIR, else the system temp dir) under the caps in `Limits`. progress(stage, file,
+fraction[, **details]) is told each file read, parsed and stored (analyzers/progress.py). Files
+of several unrelated jobs (jobs.py) are refused by ingest_paths and split into one run per job by
+ingest_jobs. Identical files ingested again return the stored run with
 reused=True. Temp directories a killed ingest or dashboard left behind are swept at the start of
 each call; SIGTERM and the dashboard's upload directories: see tempfiles.py.
 """
-from .core import ingest_paths
+from .core import ingest_jobs, ingest_paths
 from .sources import Limits
 
-__all__ = ["ingest_paths", "Limits"]
+__all__ = ["ingest_jobs", "ingest_paths", "Limits"]

@@ -14,14 +14,15 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 import blake3
 import duckdb
 
 from ..model import FileError, IngestResult
+from ..progress import Progress, teller
 from ..store import read_only_reason
 from ..runs import restore_run
+from .jobs import JobFile, clock_start_us, group_jobs, head_start_us, mixed_jobs_message
 from .layout import Layout, LayoutError, scan_layout
 from .parse import (delete_dropped, delete_rank, insert_events, is_blank, join_parts, needs_exact, part_counts,
                     predict_exact, predict_exact_ranges, rank_counts, remove_parts, write_parts)
@@ -30,7 +31,10 @@ from .sources import Limits, RankFile, collect
 from .tempfiles import TempDirUnusable, disk_full, ingest_temp_dir, sweep_stale_temp_dirs, temp_dir_failure
 
 KNOWN_SCHEMA_VERSIONS = {"1"}
-Progress = Callable[[str, str, float], None]
+# Files are parsed together in one statement up to this many bytes of events (one statement over
+# many small files saves DuckDB's per-statement start-up); a larger file gets a statement of its
+# own, so a long load reports progress rank by rank.
+PARSE_BATCH_BYTES = 256 << 20
 
 
 @dataclass
@@ -57,20 +61,33 @@ class _ParseFailure(Exception):
 
 def ingest_paths(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
                  progress: Progress | None = None, limits: Limits | None = None) -> IngestResult:
-    """Load the rank files of one job as one run. See analyzers/ingest/__init__.py."""
+    """Load the rank files of one job as one run; files of several jobs are refused, naming the
+    jobs (ingest_jobs stores one run per job). See analyzers/ingest/__init__.py."""
+    return _ingest_call(con, paths, name, progress, limits, split=False)[0]
+
+
+def ingest_jobs(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
+                progress: Progress | None = None, limits: Limits | None = None) -> list[IngestResult]:
+    """Load the rank files given as one run per job they come from (analyzers/ingest/jobs.py):
+    usually one; for a parent folder of unrelated jobs one each, named after its folder (after
+    `name` when given). Files that fail, and warnings about the input, come with the first."""
+    return _ingest_call(con, paths, name, progress, limits, split=True)
+
+
+def _ingest_call(con, paths, name, progress, limits, split: bool) -> list[IngestResult]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = list(paths)
     limits = limits or Limits()
     refused = read_only_reason(con)
     if refused:
-        return IngestResult(None, [FileError(str(p), f"not loaded: {refused}") for p in paths])
+        return [IngestResult(None, [FileError(str(p), f"not loaded: {refused}") for p in paths])]
     sweep_stale_temp_dirs()
     try:
         with ingest_temp_dir() as tmpdir:
-            return _ingest(con, paths, name, progress, limits, tmpdir)
+            return _ingest(con, paths, name, progress, limits, tmpdir, split)
     except TempDirUnusable as exc:
-        return IngestResult(None, [FileError(str(p), exc.message) for p in paths])
+        return [IngestResult(None, [FileError(str(p), exc.message) for p in paths])]
 
 
 class _DiskFull(Exception):
@@ -78,7 +95,7 @@ class _DiskFull(Exception):
     and retrying file by file would only fill the disk again."""
 
 
-def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
+def _ingest(con, paths, name, progress, limits, tmpdir, split: bool) -> list[IngestResult]:
     files, errors = collect(paths, tmpdir, limits, progress, threads=_threads(con))
     warnings: list[FileError] = []
     files = _drop_repeated_content(files, warnings)
@@ -98,6 +115,33 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
                                                       "events parse, but fields may be misread"))
         warnings += metadata_warnings(source.display, layout.meta)
         scanned.append((source, layout))
+    jobs = group_jobs([JobFile(s.display, s.where, lay.meta,
+                               clock_start_us(lay.meta, head_start_us(s.path, s.parts, lay.events_start)))
+                       for s, lay in scanned])
+    if len(jobs) > 1 and not split:
+        return [IngestResult(None, errors + [FileError(" ".join(str(p) for p in paths), mixed_jobs_message(jobs))],
+                             warnings)]
+    if len(jobs) <= 1:
+        return [_ingest_job(con, paths, scanned, name, progress, limits, tmpdir, errors, warnings)]
+    results = []
+    tell = teller(progress)
+    for number, job in enumerate(jobs, 1):
+        # each event of this job's load says which job it is (job=(i, n))
+        job_progress = None if progress is None else (
+            lambda stage, item, fraction, _job=(number, len(jobs)), **details:
+            tell(stage, item, fraction, job=_job, **details))
+        results.append(_ingest_job(con, paths, [scanned[i] for i in job.members],
+                                   f"{name} · {job.label}" if name else job.label, job_progress, limits, tmpdir,
+                                   errors if number == 1 else [], warnings if number == 1 else [],
+                                   job_name=True))
+    return results
+
+
+def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progress, limits, tmpdir,
+                errors: list[FileError], warnings: list[FileError], job_name: bool = False) -> IngestResult:
+    """One job's scanned files -> one run (or the stored identical one); job_name: name is the
+    job's own (one of several jobs of the input), not the input's."""
+    errors, warnings = list(errors), list(warnings)
     ranks, rank_errors, rank_warnings = assign_ranks([(s.display, s.where, lay.meta)
                                                       for s, lay in scanned])
     errors += rank_errors
@@ -113,7 +157,7 @@ def _ingest(con, paths, name, progress, limits, tmpdir) -> IngestResult:
                 item.exact = predict_exact(item.source.path, item.layout.events_start, item.layout.body_bytes)
         except OSError:
             pass    # the parse reports an unreadable file
-    run_name = utf8_text(name or default_name(_loaded_inputs(paths, items) or paths))
+    run_name = utf8_text(name if job_name else (name or default_name(_loaded_inputs(paths, items) or paths)))
     source_text = utf8_text(" ".join(str(p) for p in paths))
     together = True
     conflicts = 0
@@ -263,22 +307,21 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
     per file, which is how a file DuckDB refuses is told apart from the others.
     """
     threads = _threads(con)
+    tell = teller(progress)
     warnings: list[FileError] = []
+    n = len(items)
     con.execute("BEGIN TRANSACTION")
     try:
-        if together:
-            if progress:
-                progress("parsing", "", 0.0)
-            # one statement per timestamp path (usually all files take the same one)
-            for group in ([i for i in items if not i.exact], [i for i in items if i.exact]):
-                if group:
-                    _parse(con, run_id, group, tmpdir, limits, threads, exact=group[0].exact,
-                           blame=group[0] if len(group) == 1 else None)
-        else:
-            for index, item in enumerate(items):
-                if progress:
-                    progress("parsing", item.source.display, index / len(items))
-                _parse(con, run_id, [item], tmpdir, limits, threads, exact=item.exact, blame=item)
+        # together: batches of files on one timestamp path (usually all take the same one)
+        batches = _parse_batches(items) if together else [[item] for item in items]
+        parsed = 0
+        for batch in batches:
+            tell("parsing", batch[0].source.display if len(batch) == 1 else "", parsed / n,
+                 done=parsed + len(batch), total=n)
+            _parse(con, run_id, batch, tmpdir, limits, threads, exact=batch[0].exact,
+                   blame=batch[0] if len(batch) == 1 else None)
+            parsed += len(batch)
+            tell("parsed", batch[-1].source.display if len(batch) == 1 else "", parsed / n, done=parsed, total=n)
         counts = rank_counts(con, run_id)
         redo = [i for i in items
                 if not i.exact and needs_exact(i.layout.body_bytes, *counts.get(i.rank, (0, 0, 0, 0))[2:])]
@@ -290,9 +333,8 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
             counts = rank_counts(con, run_id)
         if any(c[1] for c in counts.values()):
             delete_dropped(con, run_id)
-        if progress:
-            progress("writing", "", 0.0)
-        for item in items:
+        tell("writing", "", 0.0, done=0, total=n)
+        for index, item in enumerate(items, 1):
             total, dropped = counts.get(item.rank, (0, 0, 0, 0))[:2]
             kept = total - dropped
             if kept == 0:
@@ -304,6 +346,7 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
                                           f"dropped {dropped} of {total} events with missing or mistyped "
                                           "fields (each needs 'ph', a numeric 'ts', and 'dur' >= 0 when ph is 'X')"))
             _insert_rank_row(con, run_id, item, kept)
+            tell("writing", item.source.display, index / n, done=index, total=n, rank=item.rank, rows=kept)
         con.execute(
             "INSERT INTO runs (run_id, name, created_at, source, content_hash, world_size) VALUES (?, ?, ?, ?, ?, ?)",
             [run_id, name, datetime.now(timezone.utc).replace(tzinfo=None), source, full_hash,
@@ -317,9 +360,25 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
         if disk_full(exc):
             raise _DiskFull(_disk_full_message(con, exc)) from None
         raise
-    if progress:
-        progress("writing", "", 1.0)
     return warnings
+
+
+def _parse_batches(items: list[_RankInput]) -> list[list[_RankInput]]:
+    """Files in rank order cut into statements: one timestamp path each, up to PARSE_BATCH_BYTES
+    of events (a file larger than that alone)."""
+    batches: list[list[_RankInput]] = []
+    for path in ([i for i in items if not i.exact], [i for i in items if i.exact]):
+        batch: list[_RankInput] = []
+        size = 0
+        for item in path:
+            if batch and size + item.layout.body_bytes > PARSE_BATCH_BYTES:
+                batches.append(batch)
+                batch, size = [], 0
+            batch.append(item)
+            size += item.layout.body_bytes
+        if batch:
+            batches.append(batch)
+    return batches
 
 
 def _disk_full_message(con: duckdb.DuckDBPyConnection, exc: BaseException) -> str:

@@ -1,0 +1,168 @@
+"""Which job each rank file belongs to: one load of a parent folder of unrelated jobs must not
+become one mixed run (its timeline "1,666,178,633,367 ms into the trace", its ranks compared
+across jobs).
+
+Files are of different jobs when they were traced far apart in time, or when their
+distributedInfo declares different world sizes or backends. When is a file traced: its
+baseTimeNanoseconds (the wall clock at profiler start, which newer Kineto writes beside
+timestamps of its own clock), else its first timestamps (older Kineto writes wall-clock µs). A
+file with neither is placed with the first file. Files without distributedInfo join
+the one declared job of their time group; with several, they are a job of their own.
+"""
+from __future__ import annotations
+
+import os
+import re
+import statistics
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import PurePosixPath
+from typing import Any
+
+from .ranks import base_time_ns, declared_world_size, utf8_text
+
+# Ranks of one job run the same profiled steps, held in step by their collectives, so their first
+# events lie within a step (plus host clock offsets of ms) of each other; 5 minutes is above any
+# training step we know yet far below the days between separate jobs' traces. TraceDoctor's
+# choice, in µs as traces write ts.
+JOB_START_GAP_US = 300 * 1_000_000
+# Bytes read from the head of the event list to date a file (a few hundred events).
+_HEAD_SAMPLE_BYTES = 1 << 16
+_TS = re.compile(rb'"ts"\s*:\s*(-?\d+(?:\.\d+)?)')
+_EPOCH_MIN_US = 10**15          # ts this large is microseconds since 1970 (2001 on): printable as a date
+
+
+@dataclass
+class JobFile:
+    display: str                 # as the user knows it (errors, messages)
+    where: str                   # its path inside the given folder or archive
+    meta: dict[str, Any]
+    start_us: float | None       # when it was traced, µs (clock_start_us)
+
+
+@dataclass
+class Job:
+    members: list[int]           # indexes into the files given to group_jobs, in input order
+    label: str                   # its folder, else its first file's name
+    description: str             # label, file count, what sets it apart
+
+
+def head_start_us(path: str | None, parts: tuple[str, ...], events_start: int) -> float | None:
+    """The median ts of the first events of a file (a few non-timed metadata events with ts 0
+    do not move a median); None when the head holds no timestamp or cannot be read."""
+    try:
+        if parts:
+            with open(parts[0], "rb") as fh:
+                sample = fh.read(_HEAD_SAMPLE_BYTES)
+        elif path is not None:
+            with open(path, "rb") as fh:
+                fh.seek(events_start)
+                sample = fh.read(_HEAD_SAMPLE_BYTES)
+        else:
+            return None
+    except OSError:
+        return None
+    values = [float(v) for v in _TS.findall(sample)]
+    return statistics.median(values) if values else None
+
+
+def clock_start_us(meta: dict[str, Any], head_start: float | None) -> float | None:
+    """When a file was traced, µs: its baseTimeNanoseconds, else the median ts of its first events."""
+    base = base_time_ns(meta)
+    return base / 1000 if base else head_start
+
+
+def _declared(meta: dict[str, Any]) -> tuple[int | None, str | None] | None:
+    dist = meta.get("distributedInfo")
+    if not isinstance(dist, dict):
+        return None
+    backend = dist.get("backend")
+    key = (declared_world_size(meta), backend if isinstance(backend, str) else None)
+    return key if key != (None, None) else None
+
+
+def group_jobs(files: list[JobFile]) -> list[Job]:
+    """The jobs among the files, in input order of their first file; one Job for one job."""
+    if not files:
+        return []
+    timed = sorted((f.start_us, i) for i, f in enumerate(files) if f.start_us is not None)
+    time_group = {}
+    group = 0
+    for k, (start, index) in enumerate(timed):
+        if k and start - timed[k - 1][0] > JOB_START_GAP_US:
+            group += 1
+        time_group[index] = group
+    # an undated file cannot be placed: it joins the first file's time group
+    first_group = time_group.get(0, 0)
+    keyed: dict[tuple[int, Any], list[int]] = {}
+    loose: dict[int, list[int]] = {}
+    for index, f in enumerate(files):
+        when = time_group.get(index, first_group)
+        declared = _declared(f.meta)
+        if declared is None:
+            loose.setdefault(when, []).append(index)
+        else:
+            keyed.setdefault((when, declared), []).append(index)
+    for when, indexes in loose.items():
+        declared_here = [key for key in keyed if key[0] == when]
+        if len(declared_here) == 1:
+            keyed[declared_here[0]].extend(indexes)
+        else:
+            keyed[(when, None)] = indexes
+    groups = sorted((sorted(members) for members in keyed.values()), key=lambda members: members[0])
+    labels = _labels([[files[i] for i in members] for members in groups])
+    return [Job(members, label, _describe(label, [files[i] for i in members]))
+            for members, label in zip(groups, labels)]
+
+
+def _labels(groups: list[list[JobFile]]) -> list[str]:
+    """Each job's folder (the deepest folder holding all its files), else its first file's name
+    without trace suffixes; made unique with " (2)", " (3)" when two jobs would share one."""
+    from .core import default_name
+
+    labels = []
+    for members in groups:
+        folders = [str(PurePosixPath(f.where.replace("\\", "/")).parent) for f in members if f.where]
+        common = os.path.commonpath(folders) if folders and len(folders) == len(members) else "."
+        if common not in ("", ".", "/"):
+            label = PurePosixPath(common).name
+        else:
+            label = default_name([PurePosixPath((f.where or f.display).replace("\\", "/")).name for f in members])
+        labels.append(utf8_text(label))
+    seen: dict[str, int] = {}
+    unique = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        unique.append(label if seen[label] == 1 else f"{label} ({seen[label]})")
+    return unique
+
+
+def _describe(label: str, members: list[JobFile]) -> str:
+    sizes = sorted({s for s in (declared_world_size(f.meta) for f in members) if s})
+    starts = [f.start_us for f in members if f.start_us is not None]
+    details = [f"{len(members)} file{'' if len(members) == 1 else 's'}"]
+    if sizes:
+        details.append("world size " + "/".join(map(str, sizes)))
+    if starts and min(starts) >= _EPOCH_MIN_US:
+        try:
+            when = datetime.fromtimestamp(min(starts) / 1e6, tz=timezone.utc)
+            details.append(f"traced {when:%Y-%m-%d %H:%M} UTC")
+        except (OverflowError, OSError, ValueError):
+            pass
+    elif starts:
+        details.append(f"clock at {min(starts) / 1e6:,.0f} s")
+    return f"{label} ({', '.join(details)})"
+
+
+MIXED_JOBS = "these files come from {n} different jobs (traced far apart in time, or their distributedInfo disagrees)"
+_REFUSAL_END = ". Load each job on its own"
+
+
+def mixed_jobs_message(jobs: list[Job]) -> str:
+    """Why an input of several jobs is refused, naming them."""
+    return MIXED_JOBS.format(n=len(jobs)) + ": " + "; ".join(job.description for job in jobs) + _REFUSAL_END
+
+
+def is_mixed_jobs_refusal(error: str) -> bool:
+    head, _, _ = MIXED_JOBS.partition("{n}")
+    return error.startswith(head) and error.endswith(_REFUSAL_END)
