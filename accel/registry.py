@@ -20,7 +20,11 @@ below.
 """
 from __future__ import annotations
 
+import ast
+import builtins
+import math
 from dataclasses import dataclass, field
+from pprint import pformat
 from typing import Any, Callable, Literal, Mapping
 
 from analyzers import thresholds as th
@@ -41,6 +45,8 @@ READ_METRICS: dict[str, str] = {
     "syncs_per_step": "blocking host<->device synchronisations per step",
     "optimizer_kernel_share": "share (0..1) of the step's kernels launched from optimizer.step",
     "elementwise_kernel_share": "share (0..1) of the step's kernels that are small elementwise ones",
+    "gelu_chains_per_step": "GELU kernels per step run beside a bias-add or dropout kernel "
+                            "(0: the trace has no bias+GELU+dropout chain to fuse)",
     "pageable_share": "share (0..1) of host-to-device bytes copied from pageable memory",
     "h2d_overlap_pct": "share (0..100 %) of host-to-device copy time overlapped with kernels",
     "top_callers": "the aten ops the blocking syncs came from ([{op, call, blocked_ms_per_step}])",
@@ -64,6 +70,98 @@ READ_METRICS: dict[str, str] = {
     "world_size": "ranks in the job",
     "local_world_size": "GPUs per node, from the trace's deviceProperties",
 }
+
+
+# How a user gets `accel`, which the snippets import from (pyproject.toml at the repository root;
+# torch stays the user's own install: the package depends on none of it).
+INSTALL_HINT = ('`pip install "tracedoctor @ git+URL"` (URL: where your team keeps this repository) or, '
+                'from a checkout, `pip install -e .`: it provides `accel` and never installs or replaces torch')
+
+# The longest line a snippet has, characters: the dashboard's code box shows this many at 1440 px
+# without scrolling (tests/test_fix_snippets.py checks every snippet).
+SNIPPET_LINE_WIDTH = 96
+
+# The names a snippet reads from the user's own training script, and what each stands for; every
+# other name a snippet reads it imports (tests/test_fix_snippets.py checks). `metrics` is filled
+# in from the finding by Fix.snippet_for.
+SNIPPET_PLACEHOLDERS: dict[str, str] = {
+    "model": "your torch.nn.Module",
+    "optimizer": "your torch.optim optimizer",
+    "loss_fn": "your loss function (outputs, targets) -> loss",
+    "loader": "your DataLoader (or any iterable of batches)",
+    "dataset": "your Dataset",
+    "train_step": "your function that runs one training step on a batch",
+    "x": "the activation in your model's forward",
+    "x0": "a sample batch's inputs, shaped like every batch",
+    "y0": "a sample batch's targets, shaped like every batch",
+    "bias": "the bias added before the GELU (the preceding Linear's, kept as a parameter of its own)",
+    "lengths": "tokens per sample in the dataset, one number each",
+    "pad_collate": "your collate function padding a batch to its longest sample",
+    "epochs": "how many epochs you train",
+    "local_rank": "this process's GPU index on its node (torchrun's LOCAL_RANK)",
+    "ddp_model": "your model wrapped in DistributedDataParallel",
+    "micro_batches": "the micro-batches one optimizer step accumulates over",
+    "metrics": "this finding's measured metrics (filled in on the dashboard and in reports; "
+               "from the CLI JSON: the finding's \"metrics\")",
+}
+
+
+def snippet_free_names(code: str) -> set[str]:
+    """The names `code` reads before (or without) binding them, builtins left out: what a pasted
+    snippet needs from the program around it. SyntaxError for code that does not parse."""
+    free: set[str] = set()
+
+    def bind(target: ast.AST, scope: set[str]) -> None:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name):
+                scope.add(node.id)
+            elif isinstance(node, (ast.Attribute, ast.Subscript)):
+                visit(node, scope)     # `a.b = ...` reads a
+
+    def visit(node: ast.AST, scope: set[str]) -> None:
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load) and node.id not in scope:
+                free.add(node.id)
+            elif not isinstance(node.ctx, ast.Load):
+                scope.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            scope.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):   # the value is read first
+            if node.value is not None:
+                visit(node.value, scope)
+            for target in getattr(node, "targets", None) or [node.target]:
+                bind(target, scope)
+        elif isinstance(node, ast.AugAssign):
+            visit(node.value, scope)
+            visit(ast.Name(node.target.id, ast.Load()) if isinstance(node.target, ast.Name) else node.target, scope)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            visit(node.iter, scope)
+            bind(node.target, scope)
+            for stmt in node.body + node.orelse:
+                visit(stmt, scope)
+        elif isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
+            if not isinstance(node, ast.Lambda):
+                scope.add(node.name)
+            inner = scope | {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+            for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+                visit(default, scope)
+            for stmt in node.body if isinstance(node.body, list) else [node.body]:
+                visit(stmt, inner)
+        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            inner = set(scope)
+            for gen in node.generators:
+                visit(gen.iter, inner)
+                bind(gen.target, inner)
+                for condition in gen.ifs:
+                    visit(condition, inner)
+            for part in (node.key, node.value) if isinstance(node, ast.DictComp) else (node.elt,):
+                visit(part, inner)
+        else:
+            for child in ast.iter_child_nodes(node):
+                visit(child, scope)
+
+    visit(ast.parse(code), set())
+    return free - set(dir(builtins))
 
 
 def num(metrics: Metrics | None, *keys: str) -> float | None:
@@ -191,6 +289,23 @@ class Fix:
     def demo(self) -> str:
         return f"python -m accel.demo {self.id} --out DIR"
 
+    def snippet_for(self, metrics: Metrics | None = None) -> str:
+        """The snippet as a finding's page shows it: when it reads `metrics`, a first line defines
+        them from the finding (the measured ones of the keys this fix reads, as a Python literal)."""
+        if not isinstance(metrics, Mapping) or "metrics" not in snippet_free_names(self.snippet):
+            return self.snippet
+        values = {key: metrics[key] for key in self.reads if key in metrics and measured(metrics[key])
+                  and not (isinstance(metrics[key], float) and math.isinf(metrics[key]))}   # inf: no literal
+        literal = pformat(values, width=SNIPPET_LINE_WIDTH - len("metrics = "), sort_dicts=False)
+        literal = literal.replace("\n", "\n" + " " * len("metrics = "))   # continuation under the brace
+        return f"# this finding's measured metrics\nmetrics = {literal}\n{self.snippet}"
+
+    def placeholders(self, metrics: Metrics | None = None) -> dict[str, str]:
+        """{name: what it stands for} for the names of the user's program the snippet (as
+        snippet_for shows it) reads."""
+        free = snippet_free_names(self.snippet_for(metrics))
+        return {name: what for name, what in SNIPPET_PLACEHOLDERS.items() if name in free}
+
     def kind_of(self, metrics: Metrics, kind: str | None = None) -> str:
         """The finding kind to judge `metrics` as: `kind` when given, else the addressed kind whose
         metric keys the metrics share most (the first addressed one on a tie)."""
@@ -274,6 +389,20 @@ def _kernel_share_at_least(key: str, cutoff: str, which: str) -> Predicate:
             return f"only {share:.0%} of the step's kernels {which}"
         return None
     return predicate
+
+
+_elementwise_share_enough = _kernel_share_at_least(
+    "elementwise_kernel_share", "ELEMENTWISE_FUSION_MIN_KERNEL_SHARE", "are small elementwise ones")
+
+
+def _gelu_chain_to_fuse(m: Metrics, t: Thresholds) -> str | None:
+    # the Triton kernel replaces exactly a bias add + GELU + dropout chain: without one in the
+    # trace it has nothing to take over, however many other elementwise kernels run
+    chains, share_reason = number(m, "gelu_chains_per_step"), _elementwise_share_enough(m, t)
+    if chains == 0:
+        return ("the trace runs no GELU kernel beside a bias-add or dropout kernel: this kernel fuses "
+                "exactly that chain; torch.compile fuses whatever elementwise chains the step has")
+    return share_reason
 
 
 # aten ops whose synchronisation is a host<->device copy (the prefetcher's business); syncs under
@@ -417,6 +546,7 @@ _FIX_LIST = [
         addresses=["launch_gap"],
         needs=["cuda"],
         snippet=(
+            "import torch\n"
             "model = torch.compile(model, mode=\"reduce-overhead\")\n"
             "# mark step boundaries if you keep outputs across steps:\n"
             "# torch.compiler.cudagraph_mark_step_begin()\n"
@@ -466,8 +596,8 @@ _FIX_LIST = [
         needs=["cuda", "triton"],
         snippet=(
             "from accel.kernels.triton_fused import fused_bias_gelu_dropout\n"
-            "# was: y = F.dropout(F.gelu(x + bias), p=0.1, training=self.training)\n"
-            "y = fused_bias_gelu_dropout(x, bias, p=0.1, training=self.training)\n"
+            "# in the model's forward; was: y = F.dropout(F.gelu(x + bias), p=0.1, training=model.training)\n"
+            "y = fused_bias_gelu_dropout(x, bias, p=0.1, training=model.training)\n"
         ),
         description=(
             "Three (forward) and four (backward) memory-bound kernels become one each: fewer "
@@ -477,10 +607,10 @@ _FIX_LIST = [
         module="accel.kernels.triton_fused",
         demo_module="accel.demos.triton_fused_elementwise",
         fit={"launch_gap": 0.6},
-        reads=("elementwise_kernel_share",),
-        predicate=_kernel_share_at_least("elementwise_kernel_share", "ELEMENTWISE_FUSION_MIN_KERNEL_SHARE",
-                                         "are small elementwise ones"),
-        bonus=_share_bonus("elementwise_kernel_share", 0.4),
+        reads=("gelu_chains_per_step", "elementwise_kernel_share"),
+        predicate=_gelu_chain_to_fuse,
+        # at most 0.2: a chain present still leaves the whole-step fixes (graphs, compile) first
+        bonus=_share_bonus("elementwise_kernel_share", 0.2),
     ),
     Fix(
         id="cuda_prefetcher",
@@ -513,9 +643,9 @@ _FIX_LIST = [
         snippet=(
             "from accel.data.loader_tuning import tuned_dataloader\n"
             "loader = tuned_dataloader(dataset, batch_size=64, shuffle=True,\n"
-            "                          metrics=finding[\"metrics\"])  # workers, pin_memory, prefetch\n"
+            "                          metrics=metrics)  # workers, pin_memory, prefetch\n"
             "# the profiled loader already had workers? the trace does not say how many:\n"
-            "# tuned_dataloader(..., metrics=finding[\"metrics\"], current_workers=4)\n"
+            "# tuned_dataloader(..., metrics=metrics, current_workers=4)\n"
         ),
         description=(
             "When the training loop waits in `DataLoader.__next__`, loading runs serially with "
@@ -618,6 +748,7 @@ _FIX_LIST = [
         addresses=["rank_imbalance"],
         needs=["multi_rank"],
         snippet=(
+            "from torch.utils.data import DataLoader\n"
             "from accel.data.balanced_sampler import BalancedDistributedSampler\n"
             "# drop-in for DistributedSampler; lengths = tokens per sample, batch_size = the loader's\n"
             "sampler = BalancedDistributedSampler(dataset, lengths=lengths, batch_size=32, seed=0)\n"
@@ -649,6 +780,7 @@ _FIX_LIST = [
         addresses=["comm_exposed"],
         needs=["multi_rank"],
         snippet=(
+            "from torch.nn.parallel import DistributedDataParallel\n"
             "from accel.comm import apply_comm_hook\n"
             "ddp_model = DistributedDataParallel(model, device_ids=[local_rank])\n"
             "apply_comm_hook(ddp_model, kind=\"auto\")  # bf16 where native (Ampere+, CPU), else fp16\n"
@@ -702,8 +834,8 @@ _FIX_LIST = [
         needs=["multi_rank"],
         snippet=(
             "from accel.comm import derive_ddp_settings, wrap_ddp\n"
-            "ddp_model = wrap_ddp(model, finding[\"metrics\"], device_ids=[local_rank])\n"
-            "print(derive_ddp_settings(finding[\"metrics\"]).reasons)  # why each setting\n"
+            "ddp_model = wrap_ddp(model, metrics, device_ids=[local_rank])\n"
+            "print(derive_ddp_settings(metrics).reasons)  # why each setting\n"
         ),
         description=(
             "Bucket size trades latency against overlap: many small all-reduces each pay a fixed "

@@ -16,7 +16,7 @@ import duckdb
 if TYPE_CHECKING:    # frames come from DuckDB's .df(); importing pandas here cost the CLI 0.35 s a call
     import pandas as pd
 
-from analyzers.findings import analysis_notes, fix_verdicts
+from analyzers.findings import analysis_notes, fix_verdicts, order_fixes
 from analyzers.runs import require_run
 from analyzers.sqlrun import ensure_loaded
 
@@ -86,112 +86,243 @@ def time_bounds(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[int, int] 
 TIMELINE_KINDS = ("kernel", "memcpy", "memset", "gpu_user_annotation", "cuda_sync", "runtime", "driver",
                   "cpu_op", "user_annotation", "python_function")
 GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_user_annotation", "cuda_sync")
+# Nesting levels drawn per lane: deeper ops share the last sub-row (Perfetto draws every level,
+# but past ~6 levels of aten calls a lane is taller than the chart and says no more).
+TIMELINE_MAX_DEPTH = 6
+# A pixel of the timeline as a share of the visible span (the chart is ~1500 px wide at most):
+# events shorter than that are merged, so zooming in (a narrower span) separates them.
+TIMELINE_PIXEL_FRACTION = 1 / 1500
+# Launch -> GPU work arrows drawn at most per window (the ones starting first); more hide the bars.
+TIMELINE_MAX_FLOWS = 400
+
+# A CPU lane's name: the trace's thread_name metadata where it has one, else "thread <tid>" with a
+# negative tid (Kineto writes some as signed 32-bit) shown as the unsigned number it stands for;
+# a tid that is text ("PyTorch Profiler") is its own name.
+_THREAD_LABEL_SQL = """
+    coalesce(
+        {names}.thread_name,
+        CASE WHEN TRY_CAST({tid} AS BIGINT) < 0 THEN 'thread ' || (TRY_CAST({tid} AS BIGINT) + 4294967296)::VARCHAR
+             WHEN TRY_CAST({tid} AS BIGINT) IS NOT NULL THEN 'thread ' || {tid}
+             ELSE coalesce({tid}, '?') END)
+"""
+# Per (rank, pid, tid) the name of the trace's thread_name metadata; where a thread was renamed,
+# the name that is not the main thread's (the renamed worker, e.g. pt_autograd_0).
+_THREAD_NAMES_SQL = """
+    SELECT rank, pid, tid,
+           arg_min(json_extract_string(args, '$.name'),
+                   json_extract_string(args, '$.name') ILIKE '%main%' AND tid <> pid) AS thread_name
+    FROM events
+    -- ph first: row groups without metadata are skipped by their zone maps
+    WHERE run_id = $run_id AND ph = 'M' AND kind = 'metadata' AND name = 'thread_name'
+      AND ($ranks IS NULL OR list_contains($ranks, rank))
+    GROUP BY rank, pid, tid
+"""
+
+
+def clamp_window(t0_ns: int, t1_ns: int, bounds: tuple[int, int]) -> tuple[int, int]:
+    """[t0_ns, t1_ns) cut to the trace's bounds (time_bounds), so no window starts before the first
+    event or ends after the last; an inverted or empty result keeps at least 1 ns."""
+    start = min(max(int(t0_ns), bounds[0]), bounds[1] - 1)
+    return start, max(min(int(t1_ns), bounds[1]), start + 1)
 
 
 def timeline_window(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, t1_ns: int,
                     ranks: list[int] | None = None, max_events: int = 3000, max_merged: int = 3000,
-                    min_pixel_fraction: float = 1 / 1500, include_python: bool = False) -> pd.DataFrame:
+                    min_pixel_fraction: float = TIMELINE_PIXEL_FRACTION, include_python: bool = False,
+                    max_depth: int = TIMELINE_MAX_DEPTH) -> pd.DataFrame:
     """The intervals drawn in a time window: one row per bar.
 
-    Only events overlapping [t0_ns, t1_ns) are read. Events shorter than a pixel
-    ((t1-t0) * min_pixel_fraction) are merged per lane and pixel into one bar (kind 'merged',
-    name 'N short events'), in bins widened so there are about max_merged such bars at most; of the
-    rest, the max_events longest are kept. So the frame stays small however big the trace is. Communication kernels get kind 'communication'.
+    Only events overlapping [t0_ns, t1_ns) are read. Each lane (a GPU stream, a CPU thread) has
+    sub-rows by nesting: an event's depth is the number of events of its lane that enclose it
+    (open when it starts; a sweep over starts and ends, so set-based), capped at max_depth.
+    Events shorter than a pixel of this window ((t1-t0) * min_pixel_fraction) are merged per lane,
+    depth and pixel into one bar (kind 'merged', name 'N short events'), in bins widened so there
+    are about max_merged such bars at most; of the rest, the max_events longest are kept. So a
+    narrow window shows every event as its own bar, and the frame stays small however big the
+    trace is. Communication kernels get kind 'communication'.
 
-    Columns: rank, lane, lane_order, is_gpu, kind, name, start_ns, end_ns, n_events, stream, depth.
+    Columns: rank, lane, lane_order, depth, is_gpu, kind, name, start_ns, end_ns, n_events, stream,
+    pid, tid (a GPU lane's device and stream; a CPU lane's pid and tid, as in the trace).
+    Lanes: per rank the GPU streams, then the CPU threads with the main thread first; a CPU lane
+    is named by the trace's thread_name metadata, else by its tid.
     """
     kinds = [k for k in TIMELINE_KINDS if include_python or k != "python_function"]
     pixel_ns = max(1, int((t1_ns - t0_ns) * min_pixel_fraction))
-    sql = """
+    sql = f"""
     WITH win AS (
-        SELECT rank, name, ts_ns, ts_ns + dur_ns AS end_ns, stream,
+        SELECT row_number() OVER () AS event_no, rank, name, ts_ns, ts_ns + dur_ns AS end_ns, stream,
                CASE WHEN e.kind = 'kernel' AND is_comm_kernel(e.name) THEN 'communication'
                     ELSE e.kind END AS kind,
                e.kind IN (SELECT unnest($gpu_kinds)) AS is_gpu,
-               CASE WHEN e.kind IN (SELECT unnest($gpu_kinds))
-                    THEN 'GPU ' || coalesce(device::VARCHAR, pid, '?') || ' · stream ' || coalesce(stream::VARCHAR, tid, '?')
-                    ELSE 'CPU ' || coalesce(pid, '?') || ' · thread ' || coalesce(tid, '?') END AS lane_name
+               CASE WHEN e.kind IN (SELECT unnest($gpu_kinds)) THEN coalesce(device::VARCHAR, pid, '?')
+                    ELSE coalesce(pid, '?') END AS lane_pid,
+               CASE WHEN e.kind IN (SELECT unnest($gpu_kinds)) THEN coalesce(stream::VARCHAR, tid, '?')
+                    ELSE coalesce(tid, '?') END AS lane_tid
         FROM events e
         WHERE run_id = $run_id AND e.kind IN (SELECT unnest($kinds)) AND dur_ns IS NOT NULL
           AND ts_ns < $t1 AND ts_ns + dur_ns > $t0
           AND ($ranks IS NULL OR list_contains($ranks, rank))
     ),
+    -- nesting: walk each lane's starts and ends in time order (ends before starts at the same
+    -- instant, the longer of two events starting together first); the events open when one
+    -- starts enclose it. A zero-length event closes right after it opens.
+    edges AS (
+        SELECT event_no, rank, is_gpu, lane_pid, lane_tid, ts_ns AS t, 1 AS step, 1 AS tie, end_ns - ts_ns AS len
+        FROM win
+        UNION ALL
+        SELECT event_no, rank, is_gpu, lane_pid, lane_tid, end_ns, -1, CASE WHEN end_ns = ts_ns THEN 2 ELSE 0 END, 0
+        FROM win
+    ),
+    open_count AS (
+        SELECT event_no, step,
+               sum(step) OVER (PARTITION BY rank, is_gpu, lane_pid, lane_tid
+                               ORDER BY t, tie, len DESC, event_no ROWS UNBOUNDED PRECEDING) - 1 AS depth
+        FROM edges
+    ),
+    nested AS (
+        SELECT w.*, least(greatest(o.depth, 0), $max_depth)::INTEGER AS depth
+        FROM win w JOIN open_count o ON o.event_no = w.event_no AND o.step = 1
+    ),
     long_events AS (
-        SELECT rank, lane_name, is_gpu, kind, name, ts_ns AS start_ns, end_ns, 1 AS n_events, stream
-        FROM win WHERE end_ns - ts_ns >= $pixel_ns
+        SELECT rank, is_gpu, lane_pid, lane_tid, depth, kind, name, ts_ns AS start_ns, end_ns, 1 AS n_events, stream
+        FROM nested WHERE end_ns - ts_ns >= $pixel_ns
         ORDER BY end_ns - ts_ns DESC
         LIMIT $max_events
     ),
     -- bins for short events: a pixel wide, wider when many lanes would exceed $max_merged bars
     bin AS (
-        SELECT greatest($pixel_ns, ($t1 - $t0) * count(DISTINCT (rank, lane_name)) // $max_merged) AS ns FROM win
+        SELECT greatest($pixel_ns,
+                        ($t1 - $t0) * count(DISTINCT (rank, is_gpu, lane_pid, lane_tid)) // $max_merged) AS ns
+        FROM win
     ),
     short_merged AS (
-        SELECT rank, lane_name, is_gpu, 'merged' AS kind,
+        SELECT rank, is_gpu, lane_pid, lane_tid, depth, 'merged' AS kind,
                count(*) || ' short events' AS name, min(ts_ns) AS start_ns, max(end_ns) AS end_ns,
                count(*) AS n_events, any_value(stream) AS stream
-        FROM win WHERE end_ns - ts_ns < $pixel_ns
-        GROUP BY rank, lane_name, is_gpu, (ts_ns - $t0) // (SELECT ns FROM bin)
+        FROM nested WHERE end_ns - ts_ns < $pixel_ns
+        GROUP BY rank, is_gpu, lane_pid, lane_tid, depth, (ts_ns - $t0) // (SELECT ns FROM bin)
     ),
-    bars AS (SELECT * FROM long_events UNION ALL SELECT * FROM short_merged)
-    SELECT rank,
-           CASE WHEN (SELECT count(DISTINCT rank) FROM win) > 1 THEN 'rank ' || rank || ' · ' ELSE '' END
-               || lane_name AS lane,
-           dense_rank() OVER (ORDER BY rank, NOT is_gpu, stream NULLS LAST, lane_name) AS lane_order,
-           is_gpu, kind, name, start_ns, end_ns, n_events, stream
-    FROM bars
-    ORDER BY lane_order, start_ns
+    bars AS (SELECT * FROM long_events UNION ALL SELECT * FROM short_merged),
+    thread_names AS ({_THREAD_NAMES_SQL}),
+    cpu_pids AS (SELECT rank, count(DISTINCT lane_pid) AS n FROM win WHERE NOT is_gpu GROUP BY rank),
+    lanes AS (
+        SELECT DISTINCT b.rank, b.is_gpu, b.lane_pid, b.lane_tid,
+               CASE WHEN b.is_gpu THEN 'GPU ' || b.lane_pid || ' · stream ' || b.lane_tid
+                    ELSE 'CPU ' || CASE WHEN p.n > 1 THEN 'pid ' || b.lane_pid || ' ' ELSE '' END || '· '
+                         || {_THREAD_LABEL_SQL.format(names="n", tid="b.lane_tid")}
+               END AS lane_name,
+               -- Kineto's main thread has the process id as its tid; else the one named main or python
+               NOT b.is_gpu AND (b.lane_tid = b.lane_pid OR n.thread_name ILIKE '%main%'
+                                 OR n.thread_name ILIKE '%(python%') AS is_main,
+               CASE WHEN TRY_CAST(b.lane_tid AS BIGINT) < 0 THEN TRY_CAST(b.lane_tid AS BIGINT) + 4294967296
+                    ELSE TRY_CAST(b.lane_tid AS BIGINT) END AS tid_number   -- a signed 32-bit tid as unsigned
+        FROM bars b
+        LEFT JOIN thread_names n ON NOT b.is_gpu AND n.rank = b.rank AND n.pid = b.lane_pid AND n.tid = b.lane_tid
+        LEFT JOIN cpu_pids p ON p.rank = b.rank
+    )
+    SELECT b.rank,
+           CASE WHEN (SELECT count(DISTINCT rank) FROM win) > 1 THEN 'rank ' || b.rank || ' · ' ELSE '' END
+               || l.lane_name AS lane,
+           dense_rank() OVER (ORDER BY b.rank, NOT b.is_gpu, NOT l.is_main, l.tid_number NULLS LAST,
+                                       b.lane_pid, b.lane_tid) AS lane_order,
+           b.depth, b.is_gpu, b.kind, b.name, b.start_ns, b.end_ns, b.n_events, b.stream,
+           b.lane_pid AS pid, b.lane_tid AS tid
+    FROM bars b JOIN lanes l USING (rank, is_gpu, lane_pid, lane_tid)
+    ORDER BY lane_order, depth, start_ns
     """
     params = {"run_id": run_id, "t0": int(t0_ns), "t1": int(t1_ns), "ranks": ranks, "kinds": kinds,
               "gpu_kinds": list(GPU_KINDS), "pixel_ns": pixel_ns, "max_events": int(max_events),
-              "max_merged": max(1, int(max_merged))}
+              "max_merged": max(1, int(max_merged)), "max_depth": max(0, int(max_depth))}
     return _frame(con, sql, params)
+
+
+def timeline_flows(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, t1_ns: int,
+                   ranks: list[int] | None = None, max_flows: int = TIMELINE_MAX_FLOWS) -> pd.DataFrame:
+    """The CPU launch -> GPU work pairs of a window (gpu_activity.sql's launches: same correlation
+    id, e.g. cudaLaunchKernel -> its kernel) whose call starts and work starts within [t0_ns, t1_ns),
+    so the line between them is drawn whole: at most max_flows, the earliest launches first.
+
+    Columns: rank, launch_name, launch_tid, launch_start_ns, launch_end_ns, gpu_kind, gpu_name,
+    device, stream, gpu_start_ns, gpu_end_ns, correlation.
+    """
+    return _frame(con, """
+        SELECT rank, launch_name, launch_tid, launch_start_ns, launch_end_ns, gpu_kind, gpu_name, device, stream,
+               gpu_start_ns, gpu_end_ns, correlation
+        FROM launches($run_id)
+        WHERE ($ranks IS NULL OR list_contains($ranks, rank))
+          AND launch_start_ns >= $t0 AND gpu_start_ns < $t1
+        ORDER BY launch_start_ns, rank, gpu_start_ns
+        LIMIT $max_flows""",
+        {"run_id": run_id, "t0": int(t0_ns), "t1": int(t1_ns), "ranks": ranks, "max_flows": int(max_flows)})
 
 
 def export_window_trace(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, t1_ns: int,
                         ranks: list[int] | None = None, max_events: int = 200_000) -> bytes:
     """The events of a window as a small Chrome trace (JSON bytes) that Perfetto opens.
 
-    Each (rank, pid) becomes one process named "rank R · pid", each thread/stream keeps its
-    name; ts/dur in microseconds with ns precision; args verbatim. At most max_events events
-    (the longest) so the file stays small. The JSON is built by DuckDB, values escaped by it.
-    Raises analyzers.runs.RunNotFound for a run deleted (or never stored), not an empty trace.
+    Each (rank, pid) becomes one process named "rank R · pid"; a CPU thread is named as the
+    trace's thread_name metadata names it (else "thread <tid>", unsigned), the process's main
+    thread first; a GPU stream "stream N". The trace's launch -> GPU flow events (ph s/f) are kept
+    so Perfetto draws the arrows. ts/dur in microseconds with ns precision; args verbatim. At most
+    max_events events (the longest) so the file stays small. The JSON is built by DuckDB, values
+    escaped by it. Raises analyzers.runs.RunNotFound for a run deleted (or never stored), not an
+    empty trace.
     """
     require_run(con, run_id)
-    sql = """
+    sql = f"""
     WITH win AS (
-        SELECT rank, kind, cat, ph, name, ts_ns, dur_ns, coalesce(pid, '?') AS pid, coalesce(tid, '?') AS tid, args
+        SELECT rank, kind, cat, ph, name, ts_ns, dur_ns, coalesce(pid, '?') AS pid, coalesce(tid, '?') AS tid,
+               args, correlation
         FROM events
-        WHERE run_id = $run_id AND ph IN ('X', 'i', 'I') AND ts_ns < $t1 AND ts_ns + coalesce(dur_ns, 0) >= $t0
+        WHERE run_id = $run_id AND ph IN ('X', 'i', 'I', 's', 'f')
+          AND ts_ns < $t1 AND ts_ns + coalesce(dur_ns, 0) >= $t0
           AND ($ranks IS NULL OR list_contains($ranks, rank))
         ORDER BY coalesce(dur_ns, 0) DESC
         LIMIT $max_events
     ),
     numbered AS (
         SELECT *, dense_rank() OVER (ORDER BY rank, pid) AS pid_n,
-               dense_rank() OVER (PARTITION BY rank, pid ORDER BY tid) AS tid_n
+               dense_rank() OVER (PARTITION BY rank, pid ORDER BY tid <> pid, TRY_CAST(tid AS BIGINT), tid) AS tid_n
         FROM win
+    ),
+    thread_names AS ({_THREAD_NAMES_SQL}),
+    threads AS (
+        SELECT n.rank, n.pid, n.tid, n.pid_n, n.tid_n,
+               CASE WHEN bool_or(n.kind IN (SELECT unnest($gpu_kinds))) THEN 'stream ' || n.tid
+                    ELSE any_value({_THREAD_LABEL_SQL.format(names="t", tid="n.tid")}) END AS label
+        FROM numbered n
+        LEFT JOIN thread_names t ON t.rank = n.rank AND t.pid = n.pid AND t.tid = n.tid
+        GROUP BY n.rank, n.pid, n.tid, n.pid_n, n.tid_n
     ),
     trace_events AS (
         SELECT json_object('name', name, 'cat', coalesce(cat, kind), 'ph', ph, 'ts', ts_ns / 1000.0,
                            'dur', coalesce(dur_ns, 0) / 1000.0, 'pid', pid_n, 'tid', tid_n,
-                           'args', coalesce(args, '{}'::JSON)) AS ev, 1 AS ord, ts_ns
-        FROM numbered
+                           'args', coalesce(args, '{{}}'::JSON)) AS ev, 1 AS ord, ts_ns
+        FROM numbered WHERE ph NOT IN ('s', 'f')
+        UNION ALL
+        -- flow ends bind to the enclosing slice of their thread ('bp': 'e' for the arrow's head)
+        SELECT json_object('name', name, 'cat', coalesce(cat, kind), 'ph', ph, 'ts', ts_ns / 1000.0,
+                           'pid', pid_n, 'tid', tid_n, 'id', correlation, 'bp', 'e'), 1, ts_ns
+        FROM numbered WHERE ph IN ('s', 'f') AND correlation IS NOT NULL
         UNION ALL
         SELECT DISTINCT json_object('name', 'process_name', 'ph', 'M', 'pid', pid_n, 'tid', 0,
                            'args', json_object('name', 'rank ' || rank || ' · ' || pid)), 0, 0
         FROM numbered
         UNION ALL
-        SELECT DISTINCT json_object('name', 'thread_name', 'ph', 'M', 'pid', pid_n, 'tid', tid_n,
-                           'args', json_object('name', CASE WHEN kind IN ('kernel', 'memcpy', 'memset', 'gpu_user_annotation', 'cuda_sync')
-                                                            THEN 'stream ' || tid ELSE 'thread ' || tid END)), 0, 0
-        FROM numbered
+        SELECT json_object('name', 'thread_name', 'ph', 'M', 'pid', pid_n, 'tid', tid_n,
+                           'args', json_object('name', label)), 0, 0
+        FROM threads
+        UNION ALL
+        SELECT json_object('name', 'thread_sort_index', 'ph', 'M', 'pid', pid_n, 'tid', tid_n,
+                           'args', json_object('sort_index', tid_n)), 0, 0
+        FROM threads
     )
-    SELECT '{"displayTimeUnit": "ns", "traceEvents": ['
-           || coalesce(string_agg(ev::VARCHAR, ',' ORDER BY ord, ts_ns), '') || ']}'
+    SELECT '{{"displayTimeUnit": "ns", "traceEvents": ['
+           || coalesce(string_agg(ev::VARCHAR, ',' ORDER BY ord, ts_ns), '') || ']}}'
     FROM trace_events
     """
-    params = {"run_id": run_id, "t0": int(t0_ns), "t1": int(t1_ns), "ranks": ranks, "max_events": int(max_events)}
+    params = {"run_id": run_id, "t0": int(t0_ns), "t1": int(t1_ns), "ranks": ranks, "max_events": int(max_events),
+              "gpu_kinds": list(GPU_KINDS)}
     return con.execute(sql, params).fetchone()[0].encode()
 
 
@@ -232,7 +363,8 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str, raw: bool = False) -> 
             "start_ns": t0, "end_ns": t1,
             "cost_ms_per_step": cost_ms, "cost_pct": cost_pct,
             "summary": summary, "metrics": metrics,
-            "fixes": list(fix_ids or []), "fixes_ruled_out": ruled_out, "fixes_unknown": unknown,
+            "fixes": order_fixes(list(fix_ids or []), ruled_out, unknown),
+            "fixes_ruled_out": ruled_out, "fixes_unknown": unknown,
             "mark_status": mark_status, "mark_note": mark_note,
         })
     return out
@@ -305,8 +437,8 @@ def compare_runs(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str
     consequences not added) and *_pct its % of step time; and {"steps": frame(run,
     steps, mean_step_ms, compute_ms, comm_exposed_ms, memory_ms, idle_ms)} the mean step over
     all ranks and steps of each run; and {"delta": {<part>_before, <part>_after, <part>_delta for
-    mean_step_ms, compute_ms, comm_exposed_ms, memory_ms, idle_ms; speedup = before / after mean step}}
-    (values None where a run has no steps).
+    mean_step_ms, compute_ms, comm_exposed_ms, memory_ms, idle_ms; speedup = before / after mean step,
+    slowdown = after / before mean step}} (values None where a run has no steps).
     """
     kinds = _frame(con, """
         WITH costs AS (
@@ -339,6 +471,102 @@ def compare_runs(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str
         f"max({p}) FILTER (WHERE run = 'before') AS {p}_before, max({p}) FILTER (WHERE run = 'after') AS {p}_after, "
         f"max({p}) FILTER (WHERE run = 'after') - max({p}) FILTER (WHERE run = 'before') AS {p}_delta"
         for p in parts) + ", max(mean_step_ms) FILTER (WHERE run = 'before') / "
-        "nullif(max(mean_step_ms) FILTER (WHERE run = 'after'), 0) AS speedup FROM steps").fetchall()[0]
-    names = [f"{p}_{w}" for p in parts for w in ("before", "after", "delta")] + ["speedup"]
+        "nullif(max(mean_step_ms) FILTER (WHERE run = 'after'), 0) AS speedup, "
+        "max(mean_step_ms) FILTER (WHERE run = 'after') / "
+        "nullif(max(mean_step_ms) FILTER (WHERE run = 'before'), 0) AS slowdown FROM steps").fetchall()[0]
+    names = [f"{p}_{w}" for p in parts for w in ("before", "after", "delta")] + ["speedup", "slowdown"]
     return {"kinds": kinds, "steps": steps, "delta": dict(zip(names, deltas))}
+
+
+# --------------------------------------------------------------------------- operators and kernels
+
+# How many rows a top-N table shows unless asked otherwise (dashboard and `python -m analyzers top`).
+TOP_N_DEFAULT = 20
+
+
+def _view_params(run_id: str, window: tuple[int, int] | None, rank: int | None, step: int | None) -> dict[str, Any]:
+    """The window parameters every metrics/operators.sql view takes (a step wins over a time window)."""
+    from analyzers import thresholds
+
+    t0, t1 = (None, None) if window is None or step is not None else (int(window[0]), int(window[1]))
+    return {"run_id": run_id, "t0": t0, "t1": t1, "rank": None if rank is None else int(rank),
+            "step": None if step is None else int(step),
+            "tc_patterns": list(thresholds.TENSOR_CORE_KERNEL_PATTERNS),
+            "tc_ops": list(thresholds.TENSOR_CORE_ELIGIBLE_OPS)}
+
+
+def top_ops(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, int] | None = None,
+            rank: int | None = None, step: int | None = None, by_rank: bool = False,
+            limit: int | None = TOP_N_DEFAULT) -> pd.DataFrame:
+    """The Operator view (metrics/operators.sql cpu_op_summary), by self time, in ms.
+
+    window: (t0_ns, t1_ns), or a step number (host window per rank), or neither for the whole run;
+    rank: one rank or None for all (by_rank: one row per rank and name instead of summed).
+    Columns: rank, name, calls, total_ms, self_ms, mean_ms, self_pct, total_pct (of the step /
+    window time), gpu_self_ms, gpu_total_ms, tc_pct (share of gpu_total on tensor cores; NULL
+    without GPU work), tensor_core_eligible, window_ms.
+    """
+    return _frame(con, """
+        SELECT rank, name, calls, total_ns / 1e6 AS total_ms, self_ns / 1e6 AS self_ms, mean_ns / 1e6 AS mean_ms,
+               self_pct, total_pct, gpu_self_ns / 1e6 AS gpu_self_ms, gpu_total_ns / 1e6 AS gpu_total_ms,
+               100.0 * tc_gpu_total_ns / nullif(gpu_total_ns, 0) AS tc_pct, tensor_core_eligible,
+               window_ns / 1e6 AS window_ms
+        FROM cpu_op_summary($run_id, $t0, $t1, $rank, $step, $by_rank, $tc_patterns, $tc_ops)
+        ORDER BY self_ns DESC, total_ns DESC, name, rank
+        LIMIT $limit""", {**_view_params(run_id, window, rank, step), "by_rank": bool(by_rank),
+                           "limit": None if limit is None else int(limit)})
+
+
+def top_kernels(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, int] | None = None,
+                rank: int | None = None, step: int | None = None, by_rank: bool = False,
+                limit: int | None = TOP_N_DEFAULT) -> pd.DataFrame:
+    """The Kernel view (metrics/operators.sql gpu_kernel_summary), by total time, in ms.
+
+    Window, rank and by_rank as top_ops (a step is its GPU-clock window). Columns: rank, name,
+    category, calls, total_ms, mean_ms, min_ms, max_ms, streams, busy_pct (of GPU busy time),
+    step_pct (of the step / window time), tensor_core, fp32_cuda_core (a matmul that could use
+    tensor cores and does not), busy_ms, window_ms.
+    """
+    return _frame(con, """
+        SELECT rank, name, category, calls, total_ns / 1e6 AS total_ms, mean_ns / 1e6 AS mean_ms,
+               min_ns / 1e6 AS min_ms, max_ns / 1e6 AS max_ms, streams, busy_pct, step_pct, tensor_core,
+               fp32_cuda_core, busy_ns / 1e6 AS busy_ms, window_ns / 1e6 AS window_ms
+        FROM gpu_kernel_summary($run_id, $t0, $t1, $rank, $step, $by_rank, $tc_patterns)
+        ORDER BY total_ns DESC, name, rank
+        LIMIT $limit""", {k: v for k, v in {**_view_params(run_id, window, rank, step), "by_rank": bool(by_rank),
+                                              "limit": None if limit is None else int(limit)}.items()
+                          if k != "tc_ops"})
+
+
+def top_modules(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, int] | None = None,
+                rank: int | None = None, step: int | None = None, by_rank: bool = False,
+                limit: int | None = TOP_N_DEFAULT) -> pd.DataFrame:
+    """Time per module path (nn.Module events of with_modules/with_stack traces, record_function
+    ranges; metrics/operators.sql module_summary), by total time; empty when the trace has neither.
+    Columns: rank, path, name, source ('module' | 'annotation'), depth, calls, total_ms, gpu_total_ms,
+    total_pct, window_ms."""
+    params = _view_params(run_id, window, rank, step)
+    return _frame(con, """
+        SELECT rank, path, name, source, depth, calls, total_ns / 1e6 AS total_ms, gpu_total_ns / 1e6 AS gpu_total_ms,
+               total_pct, window_ns / 1e6 AS window_ms
+        FROM module_summary($run_id, $t0, $t1, $rank, $step, $by_rank)
+        ORDER BY total_ns DESC, path, rank
+        LIMIT $limit""", {k: params[k] for k in ("run_id", "t0", "t1", "rank", "step")}
+        | {"by_rank": bool(by_rank), "limit": None if limit is None else int(limit)})
+
+
+def operator_diff(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str, of_kind: str = "kernels",
+                  limit: int | None = TOP_N_DEFAULT) -> pd.DataFrame:
+    """Per kernel name (of_kind 'kernels') or CPU op name ('ops'), the two runs' whole-run time per
+    step (metrics/operators.sql operator_diff), largest change first.
+    Columns: name, before_ms, after_ms, delta_ms, before_calls, after_calls, delta_calls (per step),
+    tensor_core (kernels: on tensor cores; ops: tensor-core eligible)."""
+    if of_kind not in ("kernels", "ops"):
+        raise ValueError(f"of_kind must be 'kernels' or 'ops', not {of_kind!r}")
+    params = _view_params(run_before, None, None, None)
+    return _frame(con, """
+        SELECT * FROM operator_diff($before, $after, $of_kind, $tc_patterns, $tc_ops)
+        ORDER BY abs(delta_ms) DESC, greatest(before_ms, after_ms) DESC, name
+        LIMIT $limit""", {"before": run_before, "after": run_after, "of_kind": of_kind,
+                           "tc_patterns": params["tc_patterns"], "tc_ops": params["tc_ops"],
+                           "limit": None if limit is None else int(limit)})

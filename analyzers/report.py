@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any, Iterable, Mapping
 
 import duckdb
@@ -18,7 +19,9 @@ from analyzers.analyses import analysis_specs
 from analyzers.contract import finding_contract, where_text
 from analyzers.metrics import rank_summary
 from analyzers.queries import findings, time_bounds
-from analyzers.safe_text import SUMMARY_LIMIT, TRACE_TEXT_LIMIT, clip, html_text, markdown_cell, markdown_text
+from analyzers.runs import MARK_LABELS
+from analyzers.safe_text import (SUMMARY_LIMIT, TRACE_TEXT_LIMIT, clip, html_text, markdown_cell, markdown_text,
+                                 note_html, note_markdown, terminal_safe_lines)
 from analyzers.sqlrun import ensure_loaded
 
 RANK_COLUMNS = [("rank", "Rank"), ("steps", "Steps"), ("step_time_ms", "Step (ms)"), ("idle_pct", "Idle %"),
@@ -86,11 +89,72 @@ def _title(f: Mapping[str, Any]) -> str:
     return spec.title if spec is not None else str(f.get("kind"))
 
 
-def _consequence(f: Mapping[str, Any]) -> str:
-    """What a consequence's cost is (its cause's, seen from the waiting ranks), or ""."""
-    if not f.get("caused_by"):
+def _consequence(f: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]]) -> str:
+    """What a consequence's cost is (its cause's, seen from the waiting ranks), the cause named by
+    its title as the dashboard names it, or ""."""
+    cause = f.get("caused_by")
+    if not cause:
         return ""
-    return f"; a consequence of {f['caused_by']}, not counted again"
+    kind = (by_id.get(cause) or {}).get("kind")
+    named = _title({"kind": kind}) if kind else "another finding"
+    return f"; a consequence of {named} (finding {cause}): fix that one, this cost is not counted again"
+
+
+def _mark_label(status: Any) -> str:
+    """A review mark as the dashboard names it ('to fix'), the stored value for one it does not know."""
+    return MARK_LABELS.get(status, str(status))
+
+
+_FIX_ID = re.compile(r"[a-z0-9_]+")   # a registry id: safe inside a code span as it is
+
+
+def _fixes(f: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A finding's fixes as the Findings page shows them: id, title, the code with the finding's
+    metrics filled in (accel.registry Fix.snippet_for; "" without accel/), the names of the user's
+    program it reads and what each stands for (registry text, Markdown code spans), the demo, and
+    the verdict ("ruled_out" / "unknown" with its reason, or None when it applies)."""
+    try:
+        from accel import registry
+    except ImportError:   # the analyzers work without accel/: ids and demo commands only
+        registry = None
+    ruled_out, unknown = f.get("fixes_ruled_out") or {}, f.get("fixes_unknown") or {}
+    out = []
+    for fix_id in f.get("fixes") or []:
+        fix = registry.FIXES.get(fix_id) if registry is not None else None
+        try:
+            code = fix.snippet_for(f.get("metrics")) if fix is not None else ""
+            names = fix.placeholders(f.get("metrics")) if fix is not None else {}
+        except Exception:  # a snippet the free-name check cannot parse: shown as written
+            code, names = fix.snippet, {}
+        out.append({"id": str(fix_id), "title": fix.title if fix is not None else str(fix_id), "code": code,
+                    "names": "; ".join(f"`{name}`: {what}" for name, what in names.items()),
+                    "demo": fix.demo if fix is not None else f"python -m accel.demo {fix_id} --out DIR",
+                    "verdict": ("ruled_out", ruled_out[fix_id]) if fix_id in ruled_out else
+                               ("unknown", unknown[fix_id]) if fix_id in unknown else None})
+    return out
+
+
+def _install_hint() -> str:
+    """How to get `accel`, which the fixes' code imports (Markdown with code spans); "" without accel/."""
+    try:
+        from accel.registry import INSTALL_HINT
+    except ImportError:
+        return ""
+    return INSTALL_HINT
+
+
+def _top_fix(f: Mapping[str, Any]) -> str:
+    """The top-findings table's fix cell: the first fix's title, and how many more there are."""
+    fixes = _fixes(f)
+    if not fixes:
+        return "–"
+    return fixes[0]["title"] + (f" (+{len(fixes) - 1} more)" if len(fixes) > 1 else "")
+
+
+def _md_fence(code: str, language: str) -> list[str]:
+    """A fenced code block longer than any backtick run inside the code (controls shown escaped)."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", code)), default=0))
+    return [fence + language, terminal_safe_lines(code).rstrip("\n"), fence]
 
 
 def _md_cell(value: Any, limit: int = SUMMARY_LIMIT) -> str:
@@ -104,16 +168,25 @@ def _md_text(value: Any, limit: int = SUMMARY_LIMIT) -> str:
 
 
 def _md_note(value: Any) -> str:
-    """The team's own note: inert Markdown that keeps its links whole (not clipped either)."""
-    return markdown_text(_fmt(value), trace=False)
+    """The team's own note: inert Markdown whose URLs stay whole, live links (not clipped either)."""
+    return note_markdown(_fmt(value))
 
 
-def _md_ruled_out(finding: Mapping[str, Any], fix_id: str) -> str:
-    reason = (finding.get("fixes_ruled_out") or {}).get(fix_id)
-    if reason:
-        return f" — *probably not the fix here: {_md_text(reason)}*"
-    unknown = (finding.get("fixes_unknown") or {}).get(fix_id)
-    return f" — *not measured here: {_md_text(unknown)}*" if unknown else ""
+_VERDICT_WORDS = {"ruled_out": "probably not the fix here", "unknown": "not measured here"}
+
+
+def _md_fix(number: int, fix: Mapping[str, Any]) -> list[str]:
+    """One fix of a finding in Markdown: its title and id, its verdict, its code and the demo."""
+    fix_id = f"`{fix['id']}`" if _FIX_ID.fullmatch(fix["id"]) else _md_text(fix["id"])
+    verdict = fix["verdict"]
+    lines = ["", f"**Fix {number}: {_md_text(fix['title'])}** ({fix_id})"
+             + (f" — *{_VERDICT_WORDS[verdict[0]]}: {_md_text(verdict[1])}*" if verdict else ""), ""]
+    if fix["code"]:
+        lines += _md_fence(fix["code"], "python") + [""]
+    if fix["names"]:
+        lines += [f"Your program's names: {fix['names']}.", ""]
+    lines += ["Profile it before and after on your machine:", ""] + _md_fence(fix["demo"], "bash")
+    return lines
 
 
 def _md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
@@ -139,11 +212,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += _md_table(["File", "Problem"], [[clip(_fmt(e.get("file"))), e.get("error")] for e in report["errors"]])
         lines.append("")
     findings = list(report.get("findings") or [])
+    by_id = {f.get("id"): f for f in findings}
     lines += ["## Top findings", ""]
     if findings:
-        lines += _md_table(["#", "Severity", "Kind", "Where", "Cost (ms/step)", "Cost (% of step)", "Fixes"],
+        lines += _md_table(["#", "Severity", "Kind", "Where", "Cost (ms/step)", "Cost (% of step)", "Best fix"],
                            [[i + 1, f.get("severity"), _title(f), _where(f, origin), f.get("cost_ms_per_step"),
-                             f.get("cost_pct"), ", ".join(f.get("fixes") or []) or "–"]
+                             f.get("cost_pct"), _top_fix(f)]
                             for i, f in enumerate(findings[:10])])
     else:
         lines.append("No significant findings: nothing costs more than the reporting threshold of step time.")
@@ -153,18 +227,21 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += _md_table([title for _, title in RANK_COLUMNS], [[r.get(k) for k, _ in RANK_COLUMNS] for r in ranks])
     else:
         lines.append("No ranks.")
+    if any(f.get("fixes") for f in findings) and _install_hint():
+        lines += ["", f"The fixes' code imports `accel`: {_install_hint()}."]
     for i, f in enumerate(findings):
-        lines += ["", f"### {i + 1}. {_md_text(_title(f))} ({_md_text(f.get('severity'))}) — {_md_text(f.get('id'))}", "",
+        fixes = _fixes(f)
+        lines += ["", f"### {i + 1}. {_md_text(_title(f))} ({_md_text(f.get('severity'))})", "",
                   _md_text(f.get("summary")), "",
-                  f"- **Where:** {_md_text(_where(f, origin))}",
+                  f"- **Where:** {_md_text(_where(f, origin))} · id {_md_text(f.get('id'))}",
                   f"- **Cost:** {_fmt(f.get('cost_ms_per_step'), 3)} ms lost per step "
-                  f"({_fmt(f.get('cost_pct'))}% of the mean step)" + _consequence(f),
-                  "- **Fixes:** " + (", ".join(f"`{_md_cell(x)}` (`python -m accel.demo {_md_cell(x)}`)"
-                                                + _md_ruled_out(f, x) for x in f.get("fixes") or [])
-                                      or "none registered")]
+                  f"({_fmt(f.get('cost_pct'))}% of the mean step)" + _md_text(_consequence(f, by_id))]
         if f.get("review"):
-            lines.append(f"- **Review:** {_md_text(f['review']['status'])}"
+            lines.append(f"- **Review:** {_md_text(_mark_label(f['review']['status']))}"
                          + (f" — {_md_note(f['review']['note'])}" if f["review"].get("note") else ""))
+        lines.append("- **Fixes:** " + (f"{len(fixes)}, the likeliest first" if fixes else "none registered"))
+        for number, fix in enumerate(fixes, start=1):
+            lines += _md_fix(number, fix)
         metrics = f.get("metrics") or {}
         if metrics:
             lines += ["", "<details><summary>Evidence</summary>", ""]
@@ -182,6 +259,9 @@ th{background:#f6f8fa} td.num{text-align:right;font-variant-numeric:tabular-nums
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.4rem .8rem;margin:.4rem 0}
 .finding{border:1px solid #d0d7de;border-radius:6px;padding:.6rem 1rem;margin:1rem 0}
 code{background:#f6f8fa;padding:0 .2rem}
+pre{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:.6rem .8rem;overflow-x:auto;font-size:.85rem}
+pre code{padding:0;background:none;display:block}
+.fix{border-top:1px solid #eaeef2;margin-top:.6rem;padding-top:.2rem}
 """
 
 
@@ -196,6 +276,22 @@ def _html_table(header: list[str], rows: list[list[Any]]) -> str:
         f"<td class=\"num\">{_h(c)}</td>" if isinstance(c, (int, float)) and not isinstance(c, bool) else f"<td>{_h(c)}</td>"
         for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _h_code_spans(text: str) -> str:
+    """Markdown-ish registry text (`code` spans) as escaped HTML with <code> elements."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html_text(text))
+
+
+def _html_fix(number: int, fix: Mapping[str, Any]) -> str:
+    """One fix of a finding in HTML: its title and id, its verdict, its code and the demo command."""
+    verdict = fix["verdict"]
+    return (f"<div class=\"fix\"><h4>Fix {number}: {_h(fix['title'])} <small><code>{_h(fix['id'])}</code></small></h4>"
+            + (f"<p><i>{_VERDICT_WORDS[verdict[0]]}: {_h(verdict[1])}</i></p>" if verdict else "")
+            + (f"<pre><code>{html.escape(terminal_safe_lines(fix['code']))}</code></pre>" if fix["code"] else "")
+            + (f"<p><small>Your program's names: {_h_code_spans(fix['names'])}.</small></p>" if fix["names"] else "")
+            + "<p>Profile it before and after on your machine:</p>"
+            + f"<pre><code>{html.escape(terminal_safe_lines(fix['demo']))}</code></pre></div>")
 
 
 def render_html(report: Mapping[str, Any]) -> str:
@@ -217,36 +313,36 @@ def render_html(report: Mapping[str, Any]) -> str:
         parts.append(_html_table(["File", "Problem"], [[clip(_fmt(e.get("file"))), e.get("error")]
                                                        for e in report["errors"]]))
     findings = list(report.get("findings") or [])
+    by_id = {f.get("id"): f for f in findings}
     parts.append("<h2>Top findings</h2>")
     if findings:
         rows = []
         for i, f in enumerate(findings[:10]):
             rows.append([i + 1, f.get("severity"), _title(f), _where(f, origin), f.get("cost_ms_per_step"),
-                         f.get("cost_pct"), ", ".join(f.get("fixes") or []) or "–"])
-        parts.append(_html_table(["#", "Severity", "Kind", "Where", "Cost (ms/step)", "Cost (% of step)", "Fixes"], rows))
+                         f.get("cost_pct"), _top_fix(f)])
+        parts.append(_html_table(["#", "Severity", "Kind", "Where", "Cost (ms/step)", "Cost (% of step)", "Best fix"], rows))
     else:
         parts.append("<p>No significant findings: nothing costs more than the reporting threshold of step time.</p>")
     parts.append("<h2>Per-rank figures</h2>")
     parts.append(_html_table([t for _, t in RANK_COLUMNS],
                              [[r.get(k) for k, _ in RANK_COLUMNS] for r in report.get("ranks") or []]))
+    if any(f.get("fixes") for f in findings) and _install_hint():
+        parts.append(f"<p>The fixes' code imports <code>accel</code>: {_h_code_spans(_install_hint())}.</p>")
     for i, f in enumerate(findings):
         sev = f.get("severity") if f.get("severity") in ("high", "medium", "low") else "low"
-        ruled_out, unknown = f.get("fixes_ruled_out") or {}, f.get("fixes_unknown") or {}
-        fixes = "".join(f"<li><code>{_h(x)}</code>: <code>python -m accel.demo {_h(x)}</code>"
-                        + (f" <i>(probably not the fix here: {_h(ruled_out[x])})</i>" if x in ruled_out else
-                           f" <i>(not measured here: {_h(unknown[x])})</i>" if x in unknown else "")
-                        + "</li>" for x in f.get("fixes") or []) or "<li>none registered</li>"
+        fixes = "".join(_html_fix(number, fix) for number, fix in enumerate(_fixes(f), start=1)) \
+            or "<p>No fix in the library addresses this finding yet.</p>"
         metrics = f.get("metrics") or {}
         parts.append(
-            f"<div class=\"finding\"><h3>{i + 1}. {_h(_title(f))} <span class=\"sev-{sev}\">{_h(f.get('severity'))}</span>"
-            f" <small><code>{_h(f.get('id'))}</code></small></h3>"
+            f"<div class=\"finding\"><h3>{i + 1}. {_h(_title(f))} <span class=\"sev-{sev}\">{_h(f.get('severity'))}</span></h3>"
             f"<p>{_h(f.get('summary'))}</p>"
-            f"<p><b>Where:</b> {_h(_where(f, origin))}<br><b>Cost:</b> {_h(_fmt(f.get('cost_ms_per_step'), 3))} ms lost "
-            f"per step ({_h(f.get('cost_pct'))}% of the mean step){_h(_consequence(f))}</p>"
-            + (f"<p><b>Review:</b> {_h(f['review']['status'])}"
-               + (f" — {_h(f['review']['note'], limit=None)}" if f["review"].get("note") else "") + "</p>"
+            f"<p><b>Where:</b> {_h(_where(f, origin))} · id <code>{_h(f.get('id'))}</code><br>"
+            f"<b>Cost:</b> {_h(_fmt(f.get('cost_ms_per_step'), 3))} ms lost "
+            f"per step ({_h(f.get('cost_pct'))}% of the mean step){_h(_consequence(f, by_id))}</p>"
+            + (f"<p><b>Review:</b> {_h(_mark_label(f['review']['status']))}"
+               + (f" — {note_html(_fmt(f['review']['note']))}" if f["review"].get("note") else "") + "</p>"
                if f.get("review") else "")
-            + f"<p><b>Fixes:</b></p><ul>{fixes}</ul>"
+            + fixes
             + (f"<details><summary>Evidence</summary>{_html_table(['Metric', 'Value'], [[k, v] for k, v in metrics.items()])}</details>"
                if metrics else "")
             + "</div>")

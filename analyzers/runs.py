@@ -20,6 +20,8 @@ import duckdb
 from analyzers.safe_text import is_utf8_text
 
 MARK_STATUSES = ("to_fix", "fixed", "wont_fix")
+# How the dashboard and the reports name a review mark (None: not marked yet).
+MARK_LABELS = {None: "not reviewed", "to_fix": "to fix", "fixed": "fixed", "wont_fix": "won't fix"}
 TRASH_RETENTION_DAYS = 7.0
 
 # Tables holding per-run rows, deleted together in one transaction when a run is purged.

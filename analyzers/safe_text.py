@@ -147,3 +147,42 @@ def csv_cell(value: Any) -> Any:
     if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
         return "'" + value
     return value
+
+
+# --- the team's own notes: their links kept whole and live ----------------------------------
+# A review note is typed by the team (a ticket link, an owner), not read from a trace: its URLs must
+# survive a copy byte for byte, so they are written as links of their own instead of being broken
+# with zero-width spaces like trace text. What a URL ends at, as GFM's autolinks: whitespace, < > "
+# ` | and a trailing . , : ; ! ? ) ' ] that closes the sentence rather than the URL.
+_NOTE_URL = re.compile(r"""https?://[^\s<>"`|]*[^\s<>"`|.,:;!?)'\]]""")   # | ends it: a table cell's edge
+
+
+def _note_parts(value: Any) -> list[tuple[str, bool]]:
+    """(text, is_url) pieces of a note, on one line (controls and bidi overrides shown escaped)."""
+    text, parts, at = _page_text(value), [], 0
+    for match in _NOTE_URL.finditer(text):
+        if match.start() < at:      # inside a URL a closing parenthesis extended
+            continue
+        url, end = match.group(0), match.end()
+        while text[end:end + 1] == ")" and url.count("(") > url.count(")"):   # .../Foo_(bar)
+            url, end = url + ")", end + 1
+        if match.start() > at:
+            parts.append((text[at:match.start()], False))
+        parts.append((url, True))
+        at = end
+    if at < len(text):
+        parts.append((text[at:], False))
+    return parts
+
+
+def note_markdown(value: Any) -> str:
+    """A team note as one line of Markdown: its text inert (markup escaped), each http(s) URL an
+    explicit <autolink>, whose characters Markdown takes literally (no escapes inside), so the
+    rendered link and its copied text are the URL byte for byte."""
+    return "".join(f"<{part}>" if is_url else markdown_text(part, trace=False) for part, is_url in _note_parts(value))
+
+
+def note_html(value: Any) -> str:
+    """A team note as HTML text: escaped, each http(s) URL a link to itself (href escaped too)."""
+    return "".join(f'<a href="{html.escape(part, quote=True)}">{html.escape(part, quote=True)}</a>' if is_url
+                   else html_text(part) for part, is_url in _note_parts(value))

@@ -121,6 +121,42 @@ SQL_LIBRARY_THRESHOLDS = ("INFERRED_STEP_MIN_REPEATS", "INFERRED_STEP_MIN_SPREAD
 # vs 67) are ~8x.
 TENSOR_CORE_SPEEDUP = 8.0
 
+# --- operator and kernel views (sql/metrics/operators.sql; name lists, not overridable per run) ---
+# A kernel runs on tensor cores when its name contains one of these: the PyTorch Profiler
+# TensorBoard plugin's list (kineto tb_plugin/torch_tb_profiler/profiler/tensor_core.py, from
+# NVIDIA PyProf's tc.py), plus what newer libraries name their tensor-core kernels: CUTLASS
+# 'tensorop', TF32 'tf32', WMMA 'wmma', Hopper warpgroup MMA 'gmma', and the FlashAttention /
+# xFormers attention kernels built on MMA ('flash_fwd', 'flash_bwd', 'fmha'). FP32 CUDA-core
+# matmuls (lib is_fp32_simt_matmul, the fp32_matmul finding's rule) are never counted.
+TENSOR_CORE_KERNEL_PATTERNS = (
+    "h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "dgrad_1x1_stride_2x2", "first_layer_wgrad_kernel",
+    "conv1x1", "conv2d_c1_k1", "direct_group", "xmma_implicit_gemm", "xmma_sparse_conv",
+    "xmma_warp_specialized_implicit_gemm", "xmma_gemm", "xmma_sparse_gemm", "c1688",
+    "tensorop", "tf32", "wmma", "gmma", "flash_fwd", "flash_bwd", "fmha",
+)
+# CPU ops that can run on tensor cores (matmuls, convolutions, RNN cells, attention): the
+# TensorBoard plugin's TC_OP_Allowlist (from ATen's autocast lower-precision list), plus the ops
+# newer PyTorch names for the same work (convolution_backward, scaled_dot_product_attention and its
+# kernels, _scaled_mm). An autograd node's version suffix is ignored (MmBackward0 is MmBackward).
+TENSOR_CORE_ELIGIBLE_OPS = (
+    "aten::_convolution", "aten::_convolution_nogroup", "aten::conv1d", "aten::conv2d", "aten::conv3d",
+    "aten::conv_tbc", "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d",
+    "aten::convolution", "aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::prelu",
+    "aten::addmm", "aten::addmv", "aten::addr", "aten::matmul", "aten::mm", "aten::mv", "aten::linear",
+    "aten::addbmm", "aten::baddbmm", "aten::bmm", "aten::chain_matmul", "aten::linalg_multi_dot",
+    "aten::_thnn_fused_lstm_cell", "aten::_thnn_fused_gru_cell", "aten::lstm_cell", "aten::gru_cell",
+    "aten::rnn_tanh_cell", "aten::rnn_relu_cell", "CudnnConvolutionBackward", "BmmBackward",
+    "aten::cudnn_convolution_transpose_backward", "CudnnConvolutionTransposeBackward", "MmBackward",
+    "aten::cudnn_convolution_backward_weight", "aten::addmm_", "AddmvBackward", "MvBackward",
+    "aten::cudnn_convolution_transpose_backward_weight", "aten::cudnn_convolution_transpose_backward_input",
+    "AddmmBackward", "aten::cudnn_convolution_backward_input", "AddbmmBackward", "aten::cudnn_convolution_backward",
+    "aten::convolution_backward", "ConvolutionBackward", "BaddbmmBackward", "aten::_scaled_mm",
+    "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
+    "aten::_flash_attention_forward", "aten::_flash_attention_backward", "aten::_efficient_attention_forward",
+    "aten::_efficient_attention_backward",
+)
+
 # === Fix applicability (read by accel/registry.py and the accel/ fix modules) ===================
 # Cut-offs that decide whether a fix applies to a finding, or which setting a fix picks. A concept
 # defined above is reused, not redefined: "small message" is COMM_SMALL_MESSAGE_BYTES, "fast link"

@@ -11,6 +11,8 @@ from typing import Iterable
 import pandas as pd
 import plotly.graph_objects as go
 
+from analyzers.safe_text import clip, html_text
+
 PART_COLORS = {
     "compute_ms": ("compute", "#2e7d32"),
     "comm_exposed_ms": ("communication (exposed)", "#ef6c00"),
@@ -29,6 +31,18 @@ def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
+def wrap(text: str, width: int = 24) -> str:
+    """Text broken onto lines of about `width` characters with <br> (axis labels; already escaped)."""
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "<br>".join(lines + [line])
+
+
 def rank_label(rank: object) -> str:
     return f"rank {rank}"
 
@@ -44,7 +58,7 @@ def breakdown_bars(frame: pd.DataFrame, title: str, category_col: str = "rank",
     fig = go.Figure()
     for column, (name, color) in PART_COLORS.items():
         fig.add_bar(x=x, y=frame[column], name=name, marker_color=color,
-                    hovertemplate="%{x}<br>" + name + ": %{y:.3f} ms<extra></extra>")
+                    hovertemplate="%{x}<br>" + name + ": %{y:.2f} ms<extra></extra>")
     fig.update_layout(barmode="stack", title=title, yaxis_title="ms per step", height=360, **LAYOUT)
     return fig
 
@@ -66,7 +80,7 @@ def per_rank_bars(values: pd.Series, ranks: pd.Series, title: str, unit: str = "
     colors = ["#b71c1c" if highlight_rank is not None and r == highlight_rank else "#546e7a" for r in ranks]
     fig = go.Figure(go.Bar(x=[esc(x) for x in labels] if labels else [rank_label(r) for r in ranks], y=values,
                            marker_color=colors,
-                           texttemplate="%{y:.1f}", textposition="outside", cliponaxis=False,
+                           texttemplate="%{y:.2f}" if unit == "ms" else "%{y:.1f}", textposition="outside", cliponaxis=False,
                            hovertemplate="%{x}: %{y:.3f} " + unit + "<extra></extra>"))
     fig.update_layout(title=title, yaxis_title=unit, height=300, **LAYOUT)
     if unit == "%":
@@ -76,53 +90,147 @@ def per_rank_bars(values: pd.Series, ranks: pd.Series, title: str, unit: str = "
     return fig
 
 
+# Heatmaps print each cell's value when they have at most this many cells (beyond, the text is unreadable).
+HEATMAP_MAX_LABELLED_CELLS = 240
+
+
 def heatmap(frame: pd.DataFrame, column: str, title: str, colorscale: str = "Reds") -> go.Figure:
     """Rank x step heatmap of `column` (ms), colours from 0 ms; ranks as rows so a straggler is one
-    bright row."""
+    bright row; small grids print each value, so equal ranks read as equal numbers."""
     pivot = frame.assign(step_name=[step_label(s) for s in frame["step"]]).pivot_table(
         index="rank", columns="step_name", values=column, aggfunc="first", sort=False)
     fig = go.Figure(go.Heatmap(
         z=pivot.values, x=list(pivot.columns), y=[rank_label(r) for r in pivot.index], colorscale=colorscale,
         # from 0: a scale spanning only the data's range makes 2% noise look like a straggler
         zmin=0, zmax=float(pd.Series(pivot.values.ravel()).max(skipna=True) or 1.0),
-        colorbar=dict(title="ms"), hovertemplate="%{y}, %{x}: %{z:.3f} ms<extra></extra>"))
+        colorbar=dict(title="ms"), hovertemplate="%{y}, %{x}: %{z:.2f} ms<extra></extra>",
+        texttemplate="%{z:.2f}" if pivot.size <= HEATMAP_MAX_LABELLED_CELLS else None))
     fig.update_layout(title=title, height=max(220, 60 + 28 * len(pivot.index)), **LAYOUT)
     fig.update_yaxes(autorange="reversed")
     return fig
 
 
-def timeline(bars: pd.DataFrame, t0_ns: int, t1_ns: int,
-             highlights: Iterable[tuple[int, int]] = ()) -> go.Figure:
-    """Lanes (GPU streams, CPU threads) x time in ms from the window start; highlights shaded red."""
+# Hover text shows this much of a trace name: a C++ kernel name runs to thousands of characters,
+# wider than the chart; the full name is in the page's table of the window's events.
+HOVER_NAME_LIMIT = 120
+TIMELINE_ROW_PX = 22   # one nesting level of one lane
+
+
+def collapse_templates(name: str) -> str:
+    """name with every outermost template argument list shown as <...>
+    ("void gemm<float, 128, Epilogue<...>>(int)" -> "void gemm<...>(int)"); unbalanced brackets
+    (operator<, operator<<) leave it as it is."""
+    out, depth = [], 0
+    for ch in name:
+        if ch == "<":
+            if depth == 0:
+                out.append("<...")
+            depth += 1
+        elif ch == ">" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                out.append(">")
+        elif depth == 0:
+            out.append(ch)
+    return name if depth else "".join(out)
+
+
+def short_name(name: object, limit: int = HOVER_NAME_LIMIT) -> str:
+    """A trace name for hover text: templates collapsed when it is too long, clipped to limit
+    characters, HTML-escaped (controls and bidi overrides shown escaped)."""
+    text = str(name)
+    if len(text) > limit:
+        text = collapse_templates(text)
+    return html_text(clip(text, limit))
+
+
+def timeline(bars: pd.DataFrame, t0_ns: int, t1_ns: int, origin_ns: int,
+             highlights: Iterable[tuple[int, int]] = (), flows: pd.DataFrame | None = None) -> go.Figure:
+    """Lanes (GPU streams, CPU threads), each with a sub-row per nesting depth, x time in ms into
+    the trace (origin_ns = the trace's first event) over [t0_ns, t1_ns); highlights shaded red;
+    flows (queries.timeline_flows) drawn as lines from the launch call to the GPU work it started."""
     fig = go.Figure()
-    lanes = bars.drop_duplicates("lane_order").sort_values("lane_order")
-    lane_names = [esc(l) for l in lanes["lane"]]
+    lanes = bars.groupby("lane_order", sort=True).agg(lane=("lane", "first"), rows=("depth", "max"),
+                                                      rank=("rank", "first"), is_gpu=("is_gpu", "first"),
+                                                      pid=("pid", "first"), tid=("tid", "first"))
+    lanes["rows"] = lanes["rows"].astype(int) + 1
+    lanes["first_row"] = lanes["rows"].cumsum() - lanes["rows"]
+    n_rows = int(lanes["rows"].sum())
+    rows = bars["lane_order"].map(lanes["first_row"]) + bars["depth"]
+    to_ms = lambda ns: (ns - origin_ns) / 1e6   # noqa: E731
+    min_width_ms = (t1_ns - t0_ns) / 1e6 / 2000   # a 1 ns kernel still shows as a sliver
     for kind, group in bars.groupby("kind", sort=False):
-        start_ms = (group["start_ns"] - t0_ns) / 1e6
         length_ms = (group["end_ns"] - group["start_ns"]) / 1e6
-        hover = [f"{esc(n)}<br>{esc(k)} · {d:.3f} ms" for n, k, d in zip(group["name"], group["kind"], length_ms)]
-        fig.add_bar(y=[esc(l) for l in group["lane"]], x=length_ms.clip(lower=(t1_ns - t0_ns) / 1e6 / 2000),
-                    base=start_ms, orientation="h", name=esc(kind),
-                    marker_color=KIND_COLORS.get(str(kind), "#607d8b"), marker_line_width=0,
-                    hovertext=hover, hoverinfo="text")
+        hover = [f"<b>{short_name(n)}</b><br>{esc(k)} · {d:,.4f} ms · at {s:,.4f} ms"
+                 + (f" · depth {int(dp)}" if dp else "")
+                 for n, k, d, s, dp in zip(group["name"], group["kind"], length_ms, to_ms(group["start_ns"]),
+                                           group["depth"])]
+        fig.add_bar(y=rows[group.index], x=length_ms.clip(lower=min_width_ms), base=to_ms(group["start_ns"]),
+                    orientation="h", width=0.8, name=esc(kind), marker_color=KIND_COLORS.get(str(kind), "#607d8b"),
+                    marker_line_width=0, hovertext=hover, hoverinfo="text")
+    if flows is not None and len(flows):
+        _add_flows(fig, bars, rows, lanes, flows, to_ms)
+    # every other lane banded (drawn before the highlights, so they show over it)
+    for i, (first_row, n) in enumerate(zip(lanes["first_row"], lanes["rows"])):
+        if i % 2:
+            fig.add_hrect(y0=first_row - 0.5, y1=first_row + n - 0.5, fillcolor="#f4f6f8", line_width=0, layer="below")
     for start, end in highlights:
-        fig.add_vrect(x0=(start - t0_ns) / 1e6, x1=(end - t0_ns) / 1e6, fillcolor="#e53935", opacity=0.12,
+        fig.add_vrect(x0=to_ms(start), x1=to_ms(end), fillcolor="#e53935", opacity=0.10,
                       line_width=1, line_color="#e53935", layer="below")
-    layout = {**LAYOUT, "legend": dict(orientation="h", y=1.02, yanchor="bottom", x=0)}
-    fig.update_layout(barmode="overlay", height=max(260, 110 + 34 * len(lane_names)),
-                      xaxis_title="ms from window start", **layout)
-    fig.update_yaxes(categoryorder="array", categoryarray=lane_names[::-1])
-    fig.update_xaxes(range=[0, (t1_ns - t0_ns) / 1e6])
+    layout = {**LAYOUT, "legend": dict(orientation="h", y=1.0, yanchor="bottom", x=0)}
+    fig.update_layout(barmode="overlay", height=max(300, 130 + TIMELINE_ROW_PX * n_rows), bargap=0,
+                      xaxis_title="ms into the trace", dragmode="select", selectdirection="h",
+                      hoverlabel=dict(align="left"), **layout)
+    fig.update_yaxes(tickmode="array", tickvals=lanes["first_row"].tolist(),
+                     ticktext=[esc(clip(lane, 60)) for lane in lanes["lane"]],
+                     range=[n_rows - 0.5, -0.5], showgrid=False, zeroline=False, fixedrange=True)
+    fig.update_xaxes(range=[to_ms(t0_ns), to_ms(t1_ns)], tickformat=",.3~f", showspikes=True,
+                     spikemode="across", spikethickness=1, spikecolor="#9e9e9e")
     return fig
 
 
-def compare_bars(kinds: pd.DataFrame) -> go.Figure:
+def _add_flows(fig: go.Figure, bars: pd.DataFrame, rows: pd.Series, lanes: pd.DataFrame,
+               flows: pd.DataFrame, to_ms) -> None:
+    """One line per launch -> GPU work pair whose two lanes are drawn: from the deepest bar of the
+    launching thread under the call's start to the deepest bar of the stream under the work's start."""
+    def row_at(rank, is_gpu, pid, tid, t_ns):
+        lane = lanes[(lanes["rank"] == rank) & (lanes["is_gpu"] == is_gpu) & (lanes["tid"] == tid)
+                     & ((lanes["pid"] == pid) if pid is not None else True)]
+        if lane.empty:
+            return None
+        order = lane.index[0]
+        under = bars[(bars["lane_order"] == order) & (bars["start_ns"] <= t_ns) & (bars["end_ns"] >= t_ns)]
+        return float(rows[under["depth"].idxmax()]) if len(under) else float(lane["first_row"].iloc[0])
+
+    xs, ys, hover = [], [], []
+    for f in flows.itertuples(index=False):
+        cpu_row = row_at(f.rank, False, None, str(f.launch_tid), f.launch_start_ns)
+        gpu_row = row_at(f.rank, True, str(f.device), str(f.stream), f.gpu_start_ns)
+        if cpu_row is None or gpu_row is None:
+            continue
+        xs += [to_ms(f.launch_start_ns), to_ms(f.gpu_start_ns), None]
+        ys += [cpu_row, gpu_row, None]
+        text = f"{short_name(f.launch_name)} → {short_name(f.gpu_name)}"
+        hover += [text, text, None]
+    if xs:
+        fig.add_scatter(x=xs, y=ys, mode="lines+markers", name="launch → GPU", hovertext=hover, hoverinfo="text",
+                        line=dict(color="#37474f", width=1), marker=dict(size=4, color="#37474f"),
+                        opacity=0.7)
+
+
+def compare_bars(kinds: pd.DataFrame, titles: Iterable[str] | None = None) -> go.Figure:
+    """Before / after cost per finding kind as horizontal bar pairs, labelled with the kinds' titles."""
+    names = [wrap(esc(t)) for t in titles] if titles is not None else [esc(k).replace("_", " ") for k in kinds["kind"]]
     fig = go.Figure()
-    names = [esc(k).replace("_", " ") for k in kinds["kind"]]
-    fig.add_bar(x=names, y=kinds["before_ms"], name="before", marker_color="#90a4ae")
-    fig.add_bar(x=names, y=kinds["after_ms"], name="after", marker_color="#2e7d32")
+    for column, name, color in (("before_ms", "before", "#90a4ae"), ("after_ms", "after", "#2e7d32")):
+        fig.add_bar(y=names, x=kinds[column], name=name, marker_color=color, orientation="h",
+                    texttemplate="%{x:.2f}", textposition="outside", cliponaxis=False,
+                    hovertemplate="%{y}<br>" + name + ": %{x:.2f} ms/step<extra></extra>")
+    # room on the right for the value printed past the longest bar
+    layout = {**LAYOUT, "margin": dict(LAYOUT["margin"], r=50)}
     fig.update_layout(barmode="group", title="Cost per finding kind (ms per step, one finding per cause)",
-                      yaxis_title="ms per step", height=340, **LAYOUT)
+                      height=max(300, 140 + 56 * len(names)), **layout)
+    fig.update_yaxes(autorange="reversed", automargin=True)
     return fig
 
 

@@ -34,3 +34,40 @@ def measured_gain(fix_id: str, text: str | None = None, plain: bool = False) -> 
     if plain:
         rows = [{key: value.replace("`", "").replace("**", "") for key, value in row.items()} for row in rows]
     return rows
+
+
+def pasteable(fix_id: str, metrics: Any = None) -> dict[str, Any]:
+    """The fix's code as a finding shows it (accel.registry Fix.snippet_for: the finding's metrics
+    filled in where the code reads them) and {name: what it stands for} for the names of the
+    user's program it reads; the bare placeholder for an unknown fix id."""
+    try:
+        from accel import registry
+
+        fix = registry.get(fix_id)
+        return {"snippet": fix.snippet_for(metrics), "placeholders": fix.placeholders(metrics),
+                "install": registry.INSTALL_HINT}
+    except Exception:  # registry missing, id unknown, or a snippet that does not parse: show nothing
+        return {"snippet": "", "placeholders": {}, "install": ""}
+
+
+# BENCHMARKS.md's column headers -> the dashboard's, in the order shown: the outcome first, so
+# the speed-up is never the column a narrow table cuts off. Headers not listed follow, as written.
+GAIN_COLUMNS = {
+    "speedup (median, range)": "Speed-up (median, range)", "speedup": "Speed-up",
+    "before ms/step": "Before (ms/step)", "after ms/step": "After (ms/step)",
+    "finding cost before → after": "Finding's cost before → after",
+    "goal": "Goal", "measured": "Measured",
+    "workload": "Workload", "device": "Device", "date": "Measured on", "correctness check": "Correctness check",
+}
+
+
+def gain_tables(fix_id: str, text: str | None = None) -> list[list[dict[str, str]]]:
+    """measured_gain's rows grouped by the BENCHMARKS.md table they come from, each row's cells
+    (Markdown, as written there: st.table renders it, so `__len__` stays code) under the
+    dashboard's headers in GAIN_COLUMNS order; the fix column dropped (the fix's tab names it).
+    [] when BENCHMARKS.md has none for this fix."""
+    tables: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for row in measured_gain(fix_id, text):
+        keys = [k for k in GAIN_COLUMNS if k in row] + [k for k in row if k not in GAIN_COLUMNS and k != "fix"]
+        tables.setdefault(tuple(keys), []).append({GAIN_COLUMNS.get(k, k): row[k] for k in keys})
+    return list(tables.values())

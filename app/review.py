@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 from typing import Any, Mapping
 
+from analyzers.safe_text import note_html, note_markdown
 from app.ui import MARK_LABELS, kind_title, md
 
 
@@ -27,7 +28,8 @@ def review_markdown(rows: list[dict[str, str]]) -> str:
     if not rows:
         return "\n## Review\n\nNo finding has been marked yet.\n"
     lines = ["", "## Review", "", "| Finding | Kind | Status | Note |", "| --- | --- | --- | --- |"]
-    lines += [f"| {md(r['id'])} | {md(r['kind'])} | {md(r['status'])} | {md(r['note'])} |" for r in rows]
+    # the note is the team's own text: its links stay whole and live (trace-derived ids do not)
+    lines += [f"| {md(r['id'])} | {md(r['kind'])} | {md(r['status'])} | {note_markdown(r['note'])} |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -35,7 +37,8 @@ def review_html(rows: list[dict[str, str]]) -> str:
     if not rows:
         return '<section class="review"><h2>Review</h2><p>No finding has been marked yet.</p></section>'
     cells = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(r[k])}</td>" for k in ("id", "kind", "status", "note")) + "</tr>"
+        "<tr>" + "".join(f"<td>{html.escape(r[k])}</td>" for k in ("id", "kind", "status"))
+        + f"<td>{note_html(r['note'])}</td></tr>"
         for r in rows)
     return ('<section class="review"><h2>Review</h2><table><thead><tr><th>Finding</th><th>Kind</th>'
             f"<th>Status</th><th>Note</th></tr></thead><tbody>{cells}</tbody></table></section>")

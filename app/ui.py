@@ -8,11 +8,11 @@ import streamlit as st
 
 from analyzers.contract import where_text
 from analyzers.findings import analysis_specs
+from analyzers.runs import MARK_LABELS   # one naming of review marks for the pages and the reports
 from analyzers.safe_text import csv_cell, page_markdown
 from app import auth, state
 
 KIND_TITLES = {kind: spec.title for kind, spec in analysis_specs().items()}   # declared by each analysis
-MARK_LABELS = {None: "not reviewed", "to_fix": "to fix", "fixed": "fixed", "wont_fix": "won't fix"}
 SEVERITY_BADGES = {"high": ":red-badge[high]", "medium": ":orange-badge[medium]", "low": ":gray-badge[low]"}
 
 
@@ -23,19 +23,62 @@ def severity(value: str) -> str:
 md = page_markdown   # trace text made inert for st.markdown (analyzers.safe_text)
 
 
+def _csv_safe_value(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):   # a list cell (tags, ranks) is written joined: each item checked
+        return [csv_cell(item) for item in value]
+    return csv_cell(value)
+
+
 def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
     """The frame with every text cell a spreadsheet would run as a formula (= + - @ tab CR at its
-    start) shown with a leading ', as analyzers.safe_text.csv_cell writes it."""
+    start) shown with a leading ', as analyzers.safe_text.csv_cell writes it: object, string and
+    category columns and the items of list cells; numbers pass unchanged."""
     safe = frame.copy()
-    for column in safe.columns[safe.dtypes == object]:
-        safe[column] = safe[column].map(csv_cell)
+    for column in safe.columns:
+        dtype = safe[column].dtype
+        if dtype == object or pd.api.types.is_string_dtype(dtype) or isinstance(dtype, pd.CategoricalDtype):
+            safe[column] = safe[column].astype(object).map(_csv_safe_value)
     return safe
 
 
-def table(frame: pd.DataFrame, **kwargs: Any) -> None:
-    """st.dataframe for trace text: its toolbar's "Download as CSV" writes the cells as shown, so
-    they are shown csv_safe (a run named `=HYPERLINK(..)` reads `'=HYPERLINK(..)`)."""
-    st.dataframe(csv_safe(frame), **{"hide_index": True, "width": "stretch", **kwargs})
+def human_bytes(value: Any) -> str:
+    """597688320 -> '570.0 MiB' (binary units); '' for a missing size."""
+    if value is None or pd.isna(value):
+        return ""
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return ""
+
+
+def table(frame: pd.DataFrame, bytes_columns: tuple[str, ...] = (), **kwargs: Any) -> None:
+    """Every table the pages show: st.dataframe of the frame made csv_safe, since its toolbar's
+    "Download as CSV" writes the cells (a run named `=HYPERLINK(..)` reads `'=HYPERLINK(..)`).
+    bytes_columns are shown in binary units ("570.0 MiB") and still sort by their numbers."""
+    safe = csv_safe(frame)
+    present = [c for c in bytes_columns if c in safe.columns]
+    shown = safe.style.format({c: human_bytes for c in present}) if present else safe
+    st.dataframe(shown, **{"hide_index": True, "width": "stretch", **kwargs})
+
+
+def speed_change(speedup: float, slowdown: float) -> tuple[str, str]:
+    """('1.25× faster', 'green') / ('1.61× slower', 'red') / ('no change', 'gray') from the after
+    run's mean step against the before run's (speedup = before / after, slowdown = after / before)."""
+    if round(speedup, 2) == 1.0 and round(slowdown, 2) == 1.0:
+        return "no change (1.00×)", "gray"
+    if speedup > 1:
+        return f"{speedup:,.2f}× faster", "green"
+    return f"{slowdown:,.2f}× slower", "red"
+
+
+def gpu_mix(device_names: list[Any]) -> str:
+    """The GPUs of a run's ranks in words ('4× NVIDIA A100-SXM4-80GB', '2× A100, 2× V100'); '' when
+    no rank names one (a CPU-only trace, or a trace without deviceProperties)."""
+    names = [str(n) for n in device_names if n is not None and not (isinstance(n, float) and pd.isna(n))]
+    counts = pd.Series(names, dtype=object).value_counts(sort=False)
+    return ", ".join(f"{n}× {name}" for name, n in sorted(counts.items()))
 
 
 def count(n: int, noun: str) -> str:

@@ -137,7 +137,7 @@ def test_compare_page_shows_deltas(hand_built, monkeypatch):
     metrics = {m.label: m for m in at.metric}
     assert metrics["Mean step time"].value == "8.00 ms"
     assert metrics["Mean step time"].delta == "-0.67 ms vs before"
-    assert metrics["Speed-up (mean step)"].value == "×1.08"
+    assert metrics["After vs before (mean step)"].value == "1.08× faster"
 
 
 def test_ranks_and_communication_pages_draw_their_charts(hand_built, monkeypatch):

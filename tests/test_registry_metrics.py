@@ -23,7 +23,7 @@ CUT_OFF_MODULES = ["accel/registry.py", "accel/comm/bucket_tuning.py", "accel/da
 APPLYING = {
     ("cuda_graph", "launch_gap"): {"syncs_per_step": 1.0},
     ("fused_optimizer", "launch_gap"): {"optimizer_kernel_share": 0.5},
-    ("triton_fused_elementwise", "launch_gap"): {"elementwise_kernel_share": 0.5},
+    ("triton_fused_elementwise", "launch_gap"): {"gelu_chains_per_step": 2.0, "elementwise_kernel_share": 0.5},
     ("cuda_prefetcher", "h2d_stall"): {"pageable_share": 1.0, "h2d_overlap_pct": 10.0},
     ("cuda_prefetcher", "host_sync"): {"top_callers": [
         {"op": "aten::to", "call": "cudaStreamSynchronize", "calls": 10, "blocked_ms_per_step": 3.0}]},

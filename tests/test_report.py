@@ -46,9 +46,9 @@ def test_review_marks_reach_json_markdown_and_html_escaped():
     by_id = {f["id"]: f for f in rep["findings"]}
     assert by_id[first.finding_id]["review"] == {"status": "wont_fix", "note": "owner: " + EVIL}
     assert by_id[second.finding_id]["review"] is None
-    assert "- **Review:** wont\\_fix — owner: " in render_markdown(rep)
+    assert "- **Review:** won't fix — owner: " in render_markdown(rep)    # named as the dashboard names it
     page = render_html(rep)
-    assert "<b>Review:</b> wont_fix — owner: " + html.escape(EVIL) in page
+    assert "<b>Review:</b> won&#x27;t fix — owner: " + html.escape(EVIL) in page
     assert EVIL not in page
     con.close()
 
@@ -73,7 +73,8 @@ def test_markdown_reads_well_and_keeps_tables_intact(report):
     md = render_markdown(rep)
     assert "## Top findings" in md and "## Per-rank figures" in md
     assert "| 1 | medium | The data loader starves the training loop | rank 0, step 1" in md
-    assert "dataloader\\_tuning" in md      # escaped in a table cell: renders as dataloader_tuning
+    assert "| Tune DataLoader workers, pinning and prefetch from the trace (+1 more) |" in md   # the best fix, titled
+    assert "(`dataloader_tuning`)" in md     # its id beside the title, in a code span (shown as typed)
     assert "<script>" not in md
     # every table row has the header's number of cells (a pipe in trace text is escaped)
     for block in md.split("\n\n"):
@@ -202,3 +203,116 @@ def test_a_huge_op_name_is_clipped_in_summaries_and_reports():
     assert len(json.dumps(rep)) < 30_000
     assert len(render_markdown(rep)) < 30_000 and len(render_html(rep)) < 30_000
     con.close()
+
+
+# --- titles, fix code and the team's links (issue 15) --------------------------------------------
+
+TICKET = "https://jira.example.com/browse/TD-1_2?q=a&b=*x*~y%20z#c(3)"   # every character a renderer might eat
+
+
+def _hand_report(note: str | None = None, run_name: str = "r") -> dict:
+    """A report of a straggler and the comm wait it causes, the first marked for fixing."""
+    from analyzers.findings import computed_finding_contract
+    from analyzers.model import Finding
+
+    cause = Finding(kind="rank_imbalance", severity="high", rank=3, step=1, stream=None, t_start_ns=0, t_end_ns=10,
+                    cost_ns=6.2e6, cost_pct=20.0,
+                    summary="Rank 3 is the straggler.", finding_id="rank_imbalance",
+                    metrics={"imbalance_source": "input", "shapes_compared": True, "shape_differs": True},
+                    fix_ids=["balanced_sampler"])
+    effect = Finding(kind="comm_exposed", severity="medium", rank=0, step=1, stream=None, t_start_ns=0, t_end_ns=10,
+                     cost_ns=3e6, cost_pct=10.0,
+                     summary="Ranks wait in all-reduce.", finding_id="comm_exposed:r0",
+                     metrics={"mean_msg_bytes": 1024, "collectives_per_step": 48}, fix_ids=["ddp_bucket_tuning"],
+                     caused_by="rank_imbalance")
+    findings = [computed_finding_contract(f, {"has_gpu": True, "ranks": 4}) for f in (cause, effect)]
+    findings[0]["review"] = {"status": "to_fix", "note": note}
+    return {"run": {"run_id": "r", "name": run_name, "world_size": 4, "ranks": [0, 1, 2, 3], "files": [],
+                    "start_us": 0.0}, "errors": [], "ranks": [], "findings": findings, "notes": []}
+
+
+def _links(page: str) -> list[tuple[str, str]]:
+    """(href, text) of every <a> in an HTML page, entities decoded as a browser does."""
+    from html.parser import HTMLParser
+
+    class Links(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.found, self.href = [], None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "a":
+                self.href, self.text = dict(attrs).get("href"), ""
+
+        def handle_data(self, data):
+            if self.href is not None:
+                self.text += data
+
+        def handle_endtag(self, tag):
+            if tag == "a" and self.href is not None:
+                self.found.append((self.href, self.text))
+                self.href = None
+
+    parser = Links()
+    parser.feed(page)
+    return parser.found
+
+
+def test_reports_name_kinds_marks_and_causes_as_the_dashboard_does():
+    from app.ui import MARK_LABELS, kind_title
+    rep = _hand_report()
+    for page, text in ((render_markdown(rep), lambda s: s.replace("\\", "")), (render_html(rep), html.unescape)):
+        shown = text(page)
+        assert kind_title("rank_imbalance") in shown and kind_title("comm_exposed") in shown
+        assert "Review: " + MARK_LABELS["to_fix"] in shown.replace("*", "").replace("<b>", "").replace("</b>", "")
+        assert "to_fix" not in shown
+        assert f"a consequence of {kind_title('rank_imbalance')} (finding rank_imbalance)" in shown
+        assert "Balance tokens per rank with a length-aware distributed sampler" in shown   # fix titles
+
+
+def test_reports_carry_each_fix_code_escaped_with_its_metrics_and_the_demo_command():
+    from accel import registry
+    rep = _hand_report()
+    page, md = render_html(rep), render_markdown(rep)
+    for fix_id, metrics in (("balanced_sampler", rep["findings"][0]["metrics"]),
+                            ("ddp_bucket_tuning", rep["findings"][1]["metrics"])):
+        code = registry.get(fix_id).snippet_for(metrics)
+        assert f"<pre><code>{html.escape(code)}</code></pre>" in page
+        assert f"```python\n{code.rstrip()}\n```" in md
+        assert f"python -m accel.demo {fix_id} --out DIR" in page and f"python -m accel.demo {fix_id} --out DIR" in md
+    assert "metrics = {'collectives_per_step': 48, 'mean_msg_bytes': 1024}" in md   # the finding's own numbers
+    assert "pip install -e ." in md and "pip install -e ." in page                 # how to get accel
+    assert "<code>local_rank</code>" in page and "`local_rank`" in md              # the user's names explained
+
+
+def test_a_teams_link_survives_byte_for_byte_while_trace_urls_stay_dead():
+    trace_url = "http://evil.example/steal_(x)?a=1"
+    rep = _hand_report(note=f"ticket {TICKET}, owner ana", run_name=f"job {trace_url}")
+    rep["findings"][1]["summary"] = f"op {trace_url} waits"
+    md, page = render_markdown(rep), render_html(rep)
+    # Markdown: the note's URL is an <autolink>, whose characters a renderer takes literally
+    assert f"<{TICKET}>" in md and md.count("<http") == 1
+    assert "http://evil" not in md                       # the trace's URL is broken: no autolink
+    # HTML: the one link on the page is the note's, its href and text the URL exactly
+    assert _links(page) == [(TICKET, TICKET)]
+    assert "evil.example" in page and 'href="http://evil' not in page
+
+
+def test_a_note_without_links_and_one_with_markup_stay_inert():
+    from analyzers.safe_text import note_html, note_markdown
+    assert note_markdown("see [x](javascript:alert(1)) <b>") == "see \\[x\\](javascript:alert(1)) \\<b\\>"
+    assert _links(note_html('<a href="javascript:x">y</a> https://ok.example/a.')) == [
+        ("https://ok.example/a", "https://ok.example/a")]            # the sentence's full stop is not the URL's
+    assert note_markdown("(see https://en.wikipedia.org/wiki/Foo_(bar))") == "(see <https://en.wikipedia.org/wiki/Foo_(bar)>)"
+
+
+def test_the_report_pages_review_section_keeps_the_teams_link_whole():
+    from app import review
+    rows = review.review_rows([{"id": "launch_gap", "kind": "launch_gap"}],
+                              {"launch_gap": {"status": "to_fix", "note": f"see {TICKET} | owner <b>ana</b>"}})
+    md = review.review_markdown(rows)
+    assert f"<{TICKET}>" in md and "\u200b" not in md
+    row = [line for line in md.splitlines() if line.startswith("| launch")][0]
+    assert len(row.replace("\\|", "").split("|")) == 6          # the note's pipe does not split the row
+    assert _links(review.review_html(rows)) == [(TICKET, TICKET)]
+    assert "&lt;b&gt;ana" in review.review_html(rows)

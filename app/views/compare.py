@@ -4,7 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analyzers import queries
-from app import charts, state, ui
+from app import charts, run_pairs, state, ui
 
 st.title("Compare runs")
 state.page_start()
@@ -16,14 +16,18 @@ if len(all_runs) < 2:
 
 ids = [r["run_id"] for r in all_runs]
 labels = {r["run_id"]: state.run_label(r) for r in all_runs}
-current = state.current_run()
+infos = {run_id: state.run_info(run_id) or {} for run_id in ids}   # rank files and their GPUs (ranks table)
+devices = {run_id: list(info["ranks"]["device_name"]) if len(info.get("ranks", [])) else []
+           for run_id, info in infos.items()}
+pair = run_pairs.default_pair(all_runs, devices, state.current_run())
 left, right = st.columns(2)
-before = left.selectbox("Before", ids, index=min(1, len(ids) - 1), format_func=labels.get, key="compare_before")
-after = right.selectbox("After", ids, index=ids.index(current) if current in ids and current != before else 0,
-                        format_func=labels.get, key="compare_after")
+before = left.selectbox("Before", ids, index=ids.index(pair.before), format_func=labels.get, key="compare_before")
+after = right.selectbox("After", ids, index=ids.index(pair.after), format_func=labels.get, key="compare_after")
 if before == after:
     st.warning("Pick two different runs.")
     st.stop()
+if (before, after) == (pair.before, pair.after):
+    st.caption(f"Opened on {pair.reason}. Pick any two runs above.")
 
 for run_id in (before, after):   # the run picked in the sidebar was checked by page_start; the other may not be
     state.ensure_analysed(run_id)
@@ -38,18 +42,45 @@ if before_cpu and after_cpu:
     st.info("Both runs are CPU-only traces (no kernels or copies): step times and finding costs are compared; "
             "there is no GPU time to break down.")
 elif cpu_only:
-    st.warning(f"The {'before' if before_cpu else 'after'} run is a CPU-only trace (no kernels or copies): "
-               "only step times and finding costs compare; GPU time is not broken down.")
-sizes = {side: (state.run_info(run_id) or {}).get("world_size") for side, run_id in (("before", before), ("after", after))}
-if sizes["before"] and sizes["after"] and sizes["before"] != sizes["after"]:
-    st.warning(f"The runs have different world sizes ({sizes['before']} vs {sizes['after']} ranks): the per-step "
-               "figures are means over ranks and compare; the cost per kind adds up every rank's findings "
-               "and grows with the number of ranks.")
+    st.warning(f"The {'before' if before_cpu else 'after'} run is a CPU-only trace (no kernels or copies) and the "
+               f"{'after' if before_cpu else 'before'} run ran on GPUs: they are different set-ups, so the step "
+               "times say little about a fix; GPU time is not broken down.")
+# Rank counts are the rank files stored (the ranks table, as Overview shows them), not the job size a
+# trace declares: one file of an 8-rank job is one rank here.
+n_ranks = {side: len(devices[run_id]) for side, run_id in (("before", before), ("after", after))}
+if n_ranks["before"] and n_ranks["after"] and n_ranks["before"] != n_ranks["after"]:
+    st.warning(f"The runs have different numbers of ranks ({ui.count(n_ranks['before'], 'rank')} before, "
+               f"{n_ranks['after']} after): the per-step figures are means over ranks and compare; the cost per "
+               "kind adds up every rank's findings and grows with the number of ranks.")
+job_sizes = {side: infos[run_id].get("world_size") for side, run_id in (("before", before), ("after", after))}
+if n_ranks["before"] == n_ranks["after"] and job_sizes["before"] != job_sizes["after"] and all(job_sizes.values()):
+    st.caption(f"Both runs hold {ui.count(n_ranks['before'], 'rank file')}, from jobs of {job_sizes['before']} "
+               f"and {job_sizes['after']} ranks (as their traces declare).")
+gpus = {side: ui.gpu_mix(devices[run_id]) for side, run_id in (("before", before), ("after", after))}
+if not cpu_only and gpus["before"] and gpus["after"] and gpus["before"] != gpus["after"]:
+    st.warning(f"The runs ran on different GPUs (before: {ui.md(gpus['before'])}; after: {ui.md(gpus['after'])}): "
+               "the step times compare the hardware as well as the code.", icon=":material/memory:")
+unnamed = [side for side, run_id in (("before", before), ("after", after))
+           if not gpus[side] and not (before_cpu if side == "before" else after_cpu)]
+if unnamed and not cpu_only:
+    st.caption(f"The {' and '.join(unnamed)} run's trace does not name its GPU (no deviceProperties, an older "
+               "profiler): whether both ran on the same GPU model cannot be checked.")
+
 HELP = {"comm_exposed_ms": "Collective time no computation overlaps, including time spent waiting in a "
                            "collective for a slower rank (the findings split that wait off as rank_imbalance)."}
-cols = st.columns(5)
-for col, (part, title) in zip(cols, [("mean_step_ms", "Mean step time"), ("compute_ms", "Compute / step"),
-                                     ("comm_exposed_ms", "Comm not overlapped / step"), ("idle_ms", "GPU idle / step")]):
+cols = st.columns([1.3, 1, 1, 1, 1])
+ratio_label = "After vs before (mean step)"
+if delta["speedup"] is None or delta["slowdown"] is None:
+    cols[0].metric(ratio_label, "–")
+else:
+    verdict, color = ui.speed_change(delta["speedup"], delta["slowdown"])
+    cols[0].metric(ratio_label, verdict,
+                   f"{delta['mean_step_ms_before']:,.2f} → {delta['mean_step_ms_after']:,.2f} ms per step",
+                   delta_color=color, delta_arrow="off",
+                   help="the after run's mean step time against the before run's (over all ranks and steps): "
+                        "before → after")
+for col, (part, title) in zip(cols[1:], [("mean_step_ms", "Mean step time"), ("compute_ms", "Compute / step"),
+                                         ("comm_exposed_ms", "Comm not hidden / step"), ("idle_ms", "GPU idle / step")]):
     if delta[f"{part}_after"] is None or (cpu_only and part != "mean_step_ms"):
         col.metric(title, "–")
     elif delta[f"{part}_before"] is None:
@@ -61,13 +92,13 @@ for col, (part, title) in zip(cols, [("mean_step_ms", "Mean step time"), ("compu
         col.metric(title, f"{delta[f'{part}_after']:,.2f} ms", f"{change:+,.2f} ms vs before",
                    delta_color="off" if part == "compute_ms" or abs(change) < 0.005 else "inverse",
                    help=HELP.get(part))
-cols[4].metric("Speed-up (mean step)", "–" if delta["speedup"] is None else f"×{delta['speedup']:.2f}")
 
 kinds = comparison["kinds"]
 left, right = st.columns(2)
 with left:
     if len(kinds):
-        st.plotly_chart(charts.compare_bars(kinds), width="stretch", key="cmp-kinds")
+        st.plotly_chart(charts.compare_bars(kinds, [ui.kind_title(k) for k in kinds["kind"]]), width="stretch",
+                        key="cmp-kinds")
     else:
         st.success("Neither run has findings.")
 with right:
@@ -77,12 +108,56 @@ with right:
     elif len(steps):
         st.plotly_chart(charts.breakdown_bars(steps.reset_index(), "Mean step, side by side",
                                               labels=list(steps.index)), width="stretch", key="cmp-steps")
-COLUMNS = {"kind": ("Finding", None), "before_ms": ("Before, ms/step", "%.3f"), "after_ms": ("After, ms/step", "%.3f"),
-           "delta_ms": ("Change, ms/step", "%+.3f"), "before_pct": ("Before, worst % of step", "%.1f"),
-           "after_pct": ("After, worst % of step", "%.1f"), "before_count": ("Before, findings", None),
-           "after_count": ("After, findings", None)}
+MS = "%.2f ms"
 ui.table(kinds.assign(kind=[ui.kind_title(k) for k in kinds["kind"]]),
-         column_config={c: (st.column_config.NumberColumn(label, format=fmt) if fmt else label)
-                        for c, (label, fmt) in COLUMNS.items() if c in kinds.columns})
+         column_order=["kind", "before_ms", "after_ms", "delta_ms", "before_pct", "after_pct", "before_count",
+                       "after_count"],
+         column_config={
+    "kind": st.column_config.TextColumn("Finding", width="large"),
+    "before_ms": st.column_config.NumberColumn("Before /step", format=MS, help="cost per step in the before run"),
+    "after_ms": st.column_config.NumberColumn("After /step", format=MS, help="cost per step in the after run"),
+    "delta_ms": st.column_config.NumberColumn("Change /step", format="%+.2f ms",
+                                              help="after − before: negative is time won back"),
+    "before_pct": st.column_config.NumberColumn("Before % step", format="%.1f %%",
+                                                help="the worst finding's share of the before run's step"),
+    "after_pct": st.column_config.NumberColumn("After % step", format="%.1f %%",
+                                               help="the worst finding's share of the after run's step"),
+    "before_count": st.column_config.NumberColumn("# before", format="%d", help="findings of this kind, before"),
+    "after_count": st.column_config.NumberColumn("# after", format="%d", help="findings of this kind, after"),
+})
 st.caption("Cost per kind = the time that kind's root cause loses per step (one finding per cause, its worst rank; "
            "a consequence such as a straggler's wait explained by its own stall is not added); % = its share of the step.")
+
+# --- per kernel / op diff (analyzers.queries.operator_diff; HTA's TraceDiff per name) ---
+st.subheader("Top changed kernels and ops")
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _operator_diff(path: str, run_before: str, run_after: str, of_kind: str):
+    return queries.operator_diff(state.cur(), run_before, run_after, of_kind)
+
+
+diff_kind = st.radio("Compare", ["kernels", "ops"], horizontal=True, key="compare_diff_kind",
+                     index=1 if before_cpu and after_cpu else 0,
+                     format_func={"kernels": "GPU kernels", "ops": "CPU ops"}.get)
+with st.spinner("Comparing kernels and ops…"):
+    diff = _operator_diff(state.db_path(), before, after, diff_kind)
+if not len(diff):
+    st.info("Neither run has " + ("GPU kernels." if diff_kind == "kernels" else "CPU ops."))
+else:
+    ui.table(diff.assign(tensor_core=["yes" if tc else "" for tc in diff["tensor_core"]]), column_config={
+        "name": st.column_config.TextColumn("Kernel" if diff_kind == "kernels" else "Op", width="large",
+                                            help="Hover a cell to read the whole name"),
+        "before_ms": st.column_config.NumberColumn("Before, ms/step", format="%.2f"),
+        "after_ms": st.column_config.NumberColumn("After, ms/step", format="%.2f"),
+        "delta_ms": st.column_config.NumberColumn("Change, ms/step", format="%+.2f",
+                                                  help="after − before: negative is time won back"),
+        "before_calls": st.column_config.NumberColumn("Calls/step before", format="%.1f"),
+        "after_calls": st.column_config.NumberColumn("Calls/step after", format="%.1f"),
+        "delta_calls": st.column_config.NumberColumn("Change, calls/step", format="%+.1f"),
+        "tensor_core": st.column_config.TextColumn(
+            "Tensor cores" if diff_kind == "kernels" else "Tensor-core eligible"),
+    })
+    st.caption("Whole-run time per step of each name on each side (summed over ranks, divided by the ranks' steps), "
+               "largest change first. A kernel renamed by a fix (FP32 sgemm to a TF32 tensor-core GEMM) shows as one "
+               "name gone and one new.")

@@ -73,6 +73,7 @@ def fixes(finding: dict) -> None:
     for tab, fix_id in zip(tabs, finding["fixes"]):
         with tab:
             fix = fixinfo.fix_details(fix_id)
+            code = fixinfo.pasteable(fix_id, finding["metrics"])
             if fix_id in ruled_out:
                 st.warning("Probably not the fix here: " + ui.md(ruled_out[fix_id]), icon=":material/info:")
             elif fix_id in unknown:
@@ -82,14 +83,20 @@ def fixes(finding: dict) -> None:
                 st.markdown(fix["description"])
             if fix["needs"]:
                 st.caption("Needs: " + ", ".join(fix["needs"]))
-            if fix["snippet"]:
-                st.code(fix["snippet"], language="python")
+            if code["snippet"]:
+                st.code(code["snippet"], language="python")
+                names = "; ".join(f"`{name}`: {what}" for name, what in code["placeholders"].items())
+                st.caption((f"Your program's names: {names}. " if names else "")
+                           + f"How to get `accel`: {code['install']}.")
             st.markdown("Profile it before and after on your machine:")
             st.code(fix["demo"], language="bash")
-            gains = fixinfo.measured_gain(fix_id, plain=True)
+            gains = fixinfo.gain_tables(fix_id)
             if gains:
                 st.markdown("Measured in `accel/BENCHMARKS.md`:")
-                st.dataframe(gains, hide_index=True, width="stretch")
+            for table in gains:
+                # a static table wraps its cells, so every column shows at the card's width (a
+                # scrolling grid would cut the long workload texts and hide the columns after them)
+                st.table(table, hide_index=True, border="horizontal")
 
 
 def mark_form(finding: dict) -> None:
@@ -124,13 +131,18 @@ for position, finding in enumerate(found, start=1):
                     delta_color="off", delta_arrow="off")
         if finding["mark_status"]:
             cost.caption(f"Review: **{ui.MARK_LABELS[finding['mark_status']]}**")
-        evidence_col, fix_col = st.columns([1, 1])
+        # evidence, then the fix below it at the card's full width: its code needs every column
+        evidence_col, fix_col = st.container(), st.container()
         with evidence_col:
             evidence(finding)
             if finding["start_ns"] is not None and st.button("Show in timeline", key=f"tl-{finding['id']}",
                                                              icon=":material/timeline:"):
                 st.session_state["timeline_focus"] = finding["id"]
                 st.switch_page("views/timeline.py")
+            if finding["start_ns"] is not None and st.button("Kernels in this window", key=f"kn-{finding['id']}",
+                                                             icon=":material/bar_chart:"):
+                st.session_state["kernels_focus"] = finding["id"]
+                st.switch_page("views/kernels.py")
         with fix_col:
             st.markdown("**Fix**")
             fixes(finding)

@@ -88,19 +88,27 @@ with right:
         st.page_link("views/findings.py", label="All findings and their fixes", icon=":material/stethoscope:")
 
 st.subheader("Per rank (HTA definitions)")
+st.caption("Percentages of each rank's GPU span (its first to last GPU activity), as Holistic Trace Analysis "
+           "defines them; times per host step.")
 if len(summary):
     ui.table(summary, column_config={
-        "step_time_ms": st.column_config.NumberColumn("host step (ms)", format="%.3f",
+        "rank": st.column_config.NumberColumn("rank", format="%d"),
+        "steps": st.column_config.NumberColumn("steps", format="%d"),
+        "step_time_ms": st.column_config.NumberColumn("host step", format="%.2f ms",
                                                       help="mean ProfilerStep duration on the host: what findings' % of step use"),
-        "idle_pct": st.column_config.NumberColumn("idle %", format="%.2f"),
-        "compute_pct": st.column_config.NumberColumn("compute %", format="%.2f"),
-        "non_compute_pct": st.column_config.NumberColumn("non-compute %", format="%.2f"),
-        "comm_time_ms": st.column_config.NumberColumn("comm (ms/step)", format="%.3f"),
-        "comm_overlap_pct": st.column_config.NumberColumn("comm overlap %", format="%.2f"),
-        "h2d_time_ms": st.column_config.NumberColumn("H2D (ms/step)", format="%.3f"),
+        "idle_pct": st.column_config.NumberColumn("GPU idle", format="%.1f %%"),
+        "compute_pct": st.column_config.NumberColumn("compute", format="%.1f %%"),
+        "non_compute_pct": st.column_config.NumberColumn("non-compute", format="%.1f %%",
+                                                         help="communication and memory kernels"),
+        "comm_time_ms": st.column_config.NumberColumn("comm / step", format="%.2f ms"),
+        "comm_overlap_pct": st.column_config.NumberColumn("comm overlapped", format="%.1f %%",
+                                                          help="% of communication time compute kernels overlap"),
+        "h2d_time_ms": st.column_config.NumberColumn("H2D copies / step", format="%.2f ms"),
     })
 st.subheader("Rank files")
+st.caption("One trace file per rank, as loaded: the GPU each rank ran on and the Kineto schema it was written with.")
 ui.table(pd.DataFrame(info["ranks"]), column_config={
-    "n_events": st.column_config.NumberColumn("events", format="%d"),
-    "file_name": st.column_config.TextColumn("file"), "device_name": st.column_config.TextColumn("GPU"),
+    "rank": st.column_config.NumberColumn("rank", format="%d"),
+    "n_events": st.column_config.NumberColumn("events", format="localized"),
+    "file_name": st.column_config.TextColumn("file", width="large"), "device_name": st.column_config.TextColumn("GPU"),
     "schema_version": st.column_config.TextColumn("Kineto schema")})

@@ -28,18 +28,19 @@ right.plotly_chart(charts.heatmap(steps, "comm_exposed_ms", "Collective wait: ex
                    width="stretch", key="hm-comm")
 st.plotly_chart(charts.breakdown_bars(per_rank, "Mean step per rank"), width="stretch", key="ranks-breakdown")
 st.subheader("Per rank and step")
-MS = {"format": "%.3f"}
+MS = {"format": "%.2f ms"}
 ui.table(steps.drop(columns=["t0_ns", "t1_ns"]), column_config={
+    "rank": st.column_config.NumberColumn("rank", format="%d"),
     "step": st.column_config.NumberColumn("step", format="%d"),
     "clock": st.column_config.TextColumn("window", help="gpu: the GPU-clock step; host: no GPU work launched, the "
                                          "host's ProfilerStep; gpu_span: no steps, the rank's whole GPU span"),
-    "step_ms": st.column_config.NumberColumn("step (ms)", **MS),
-    "compute_ms": st.column_config.NumberColumn("compute (ms)", **MS),
-    "comm_exposed_ms": st.column_config.NumberColumn("comm not hidden (ms)", **MS),
-    "memory_ms": st.column_config.NumberColumn("memory copies (ms)", **MS),
-    "idle_ms": st.column_config.NumberColumn("idle (ms)", **MS),
-    "comm_ms": st.column_config.NumberColumn("all comm (ms)", **MS),
-    "gpu_busy_ms": st.column_config.NumberColumn("GPU busy (ms)", **MS),
+    "step_ms": st.column_config.NumberColumn("step time", **MS),
+    "compute_ms": st.column_config.NumberColumn("compute", **MS),
+    "comm_exposed_ms": st.column_config.NumberColumn("comm not hidden", **MS),
+    "memory_ms": st.column_config.NumberColumn("memory copies", **MS),
+    "idle_ms": st.column_config.NumberColumn("GPU idle", **MS),
+    "comm_ms": st.column_config.NumberColumn("all comm", **MS, help="all communication in the step, hidden or not"),
+    "gpu_busy_ms": st.column_config.NumberColumn("GPU busy", **MS, help="time any GPU work runs"),
 })
 st.caption("Steps on the GPU clock (from a step's first GPU work to the next step's): compute, comm not hidden, "
            "memory copies and idle add up to the step.")

@@ -230,8 +230,9 @@ def test_upload_findings_fix_timeline_and_report(page, browser, server, straggle
 
 
 def _user_journey(page, server: str, straggler_trace: list[Path]) -> None:
-    """Upload a 2-rank trace, read the straggler finding and its fix, open the timeline, export the
-    window for Perfetto, download the HTML report."""
+    """Upload a 2-rank trace, read the straggler finding and its fix, mark it "to fix" with a ticket
+    link, open the kernels of its window, then the timeline, export the window for Perfetto,
+    download the HTML report and find the mark (link intact) in it."""
     _upload(page, server, straggler_trace)
     page.get_by_text(re.compile(r"(Loaded|reusing) run")).wait_for()   # a retry finds the run stored
     page.get_by_role("link", name="See the findings").click()
@@ -239,17 +240,36 @@ def _user_journey(page, server: str, straggler_trace: list[Path]) -> None:
     page.get_by_text("Cost per step").first.wait_for()
     # the fix: its code to paste and the demo command
     page.get_by_text("python -m accel.demo balanced_sampler --out DIR").first.wait_for()
+    # the review mark, kept across pages and written into the report
+    card = page.locator('[data-testid="stForm"]').first
+    review = card.get_by_role("combobox")
+    review.click()
+    review.fill("to fix")     # the box filters its options as one types
+    page.get_by_role("option", name="to fix").click()
+    card.get_by_label("Note").fill("ticket https://tracker.example/PERF-42")
+    card.get_by_role("button", name="Save mark").click()
+    page.get_by_text("Review: to fix").first.wait_for()
+    # the kernels that ran in the finding's window
+    page.get_by_role("button", name="Kernels in this window").first.click()
+    page.get_by_role("heading", name="Operators & kernels").wait_for()
+    _wait_idle(page)
+    page.get_by_role("tab", name="Kernels").click()
+    page.get_by_text("Top GPU kernels by time").wait_for()
+    page.locator('[data-testid="stDataFrame"]:visible').first.wait_for()
+    page.get_by_role("link", name="Findings").click()
+    page.get_by_text("Unbalanced ranks (a straggler)").first.wait_for()
     page.get_by_role("button", name="Show in timeline").first.click()
     page.get_by_role("heading", name="Timeline").wait_for()
     page.get_by_text("bars drawn").wait_for()
     page.locator('[data-testid="stPlotlyChart"]').first.wait_for()
-    chrome_trace = _download(page, "Download this window as a Chrome trace")
+    chrome_trace = _download(page, "Download this span as a Chrome trace (open it in ui.perfetto.dev)")
     assert b'"traceEvents"' in chrome_trace.read_bytes()
     # the report
     page.get_by_role("link", name="Report").click()
     page.get_by_role("button", name="Download HTML report").wait_for()
     html = _download(page, "Download HTML report").read_text()
     assert "<html" in html.lower() and "Plotly" in html and "straggler" in html.lower()
+    assert "to fix" in html and "https://tracker.example/PERF-42" in html   # the team's link, unbroken
 
 
 def test_a_broken_file_is_named_while_the_good_one_loads(page, server, straggler_trace, tmp_path):
