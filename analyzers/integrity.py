@@ -2,8 +2,9 @@
 plain words with what the analyses did about it.
 
 Each condition is found by one macro of sql/lib/integrity.sql (CUDA/HIP graph replays and
-captures, NCCL/RCCL kernels the analyses cannot use, clock skew between ranks, missing ranks, a
-trace that begins or ends inside a step, events the profiler says it dropped). `integrity_notes`
+captures, NCCL/RCCL kernels the analyses cannot use, clock skew between ranks, missing ranks,
+ProfilerStep numbers that repeat, a trace that begins or ends inside a step, events the profiler
+says it dropped). `integrity_notes`
 returns one note per condition present, none for a clean trace. Call it inside
 `sqlrun.run_cache` to reuse the run's cached views (collective_instances, launches).
 """
@@ -97,6 +98,17 @@ def clock_skew_note(con: duckdb.DuckDBPyConnection, run_id: str, min_ns: float) 
             "collectives. Synchronise the hosts' clocks (NTP/PTP) and profile every rank over the same steps.")
 
 
+def repeated_steps_note(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    rows = query(con, "SELECT * FROM repeated_profiler_steps(?) ORDER BY rank", [run_id])
+    if not rows:
+        return None
+    worst = max(rows, key=lambda r: r["most"])
+    return (f"On {_ranks([r['rank'] for r in rows])}, ProfilerStep numbers repeat (e.g. #{worst['example']} "
+            f"{worst['most']} times): the file joins several profiling sessions, or the loop's step numbering "
+            "restarts. Each step is taken from the first range of its number to the last, so step times and "
+            "costs per step span the sessions between them. Load each session's file as its own run.")
+
+
 def missing_ranks_note(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     row = next(iter(query(con, "SELECT * FROM missing_ranks(?)", [run_id])), None)
     # one rank of a larger job: rank_imbalance's own note says so
@@ -153,5 +165,6 @@ def integrity_notes(con: duckdb.DuckDBPyConnection, run_id: str,
     t = th.resolve(thresholds)
     notes = [graph_replay_note(con, run_id), graph_capture_note(con, run_id), *comm_name_notes(con, run_id),
              clock_skew_note(con, run_id, t["CLOCK_SKEW_MIN_NS"]), missing_ranks_note(con, run_id),
+             repeated_steps_note(con, run_id),
              *partial_step_notes(con, run_id, t["PARTIAL_STEP_MAX_FRACTION"]), dropped_events_note(con, run_id)]
     return [n for n in notes if n]

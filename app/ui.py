@@ -63,6 +63,11 @@ def table(frame: pd.DataFrame, bytes_columns: tuple[str, ...] = (), **kwargs: An
     st.dataframe(shown, **{"hide_index": True, "width": "stretch", **kwargs})
 
 
+def duration(ms: float) -> str:
+    """A step time for a metric tile: '31.20 ms', or '726.89 s' from 10 s on (a tile shows ~10 characters)."""
+    return f"{ms / 1000:,.2f} s" if abs(ms) >= 10_000 else f"{ms:,.2f} ms"
+
+
 def speed_change(speedup: float, slowdown: float) -> tuple[str, str]:
     """('1.25× faster', 'green') / ('1.61× slower', 'red') / ('no change', 'gray') from the after
     run's mean step against the before run's (speedup = before / after, slowdown = after / before)."""

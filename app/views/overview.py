@@ -32,12 +32,12 @@ cols = st.columns(5)
 cols[0].metric("Ranks", len(info["ranks"]), help=f"world size {info['world_size']}")
 cols[1].metric("Steps per rank", int(per_rank["steps"].max()) if len(per_rank) else 0)
 if len(per_rank) and not state.is_cpu_only(run_id):
-    cols[2].metric("Mean step time (GPU clock)", f"{per_rank['step_ms'].mean():,.2f} ms",
+    cols[2].metric("Mean step time (GPU clock)", ui.duration(per_rank['step_ms'].mean()),
                    help="mean over ranks of the GPU-clock step (from a step's first GPU work to the next "
                         "step's), the step the chart below breaks down; the host's ProfilerStep time, which "
                         "findings' % of step use, is the table's 'host step' column")
 elif len(summary) and summary["step_time_ms"].notna().any():
-    cols[2].metric("Mean step time", f"{summary['step_time_ms'].mean():,.2f} ms",
+    cols[2].metric("Mean step time", ui.duration(summary['step_time_ms'].mean()),
                    help="mean ProfilerStep duration over ranks (a CPU-only trace: the host's steps)")
 else:
     cols[2].metric("Mean step time", "–")

@@ -103,6 +103,24 @@ FROM consistent s JOIN per_rank p ON p.rank = s.rank
 GROUP BY s.rank;
 
 
+-- repeated_profiler_steps(run): ProfilerStep#N numbers that occur more than once on a rank (a file
+-- joining several profiling sessions, or a loop whose numbering restarts). steps() spans each
+-- number from its first range to its last, so such a "step" covers every session between them.
+-- Columns: rank, numbers (how many step numbers repeat), most (the most ranges of one number),
+--          example (a repeating number)
+CREATE OR REPLACE MACRO repeated_profiler_steps(run) AS TABLE
+WITH ranges AS (
+    SELECT rank, CAST(regexp_extract(name, '^ProfilerStep\s*#\s*(\d+)', 1) AS INTEGER) AS step, count(*) AS n
+    FROM events
+    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation')
+      AND starts_with(name, 'ProfilerStep') AND regexp_matches(name, '^ProfilerStep\s*#\s*\d+') AND dur_ns IS NOT NULL
+    GROUP BY rank, step
+    HAVING count(*) > 1
+)
+SELECT rank, count(*) AS numbers, max(n) AS most, min(step) AS example
+FROM ranges GROUP BY rank;
+
+
 -- missing_ranks(run): the job's world size (distributedInfo.world_size of any rank file) against
 -- the ranks loaded; one row when ranks are missing.
 -- Columns: world_size, loaded, loaded_ranks (sorted)
