@@ -336,7 +336,7 @@ def test_report_page_lists_findings_and_review_marks(hand_built, monkeypatch):
     con.close()
     at = goto(open_app(monkeypatch, hand_built, run_id=BEFORE_RUN), "views/report.py")
     frames = [f.value for f in at.dataframe]
-    assert list(frames[0]["kind"]) == ["GPU idle between kernel launches", "Communication not hidden behind compute"]
+    assert list(frames[0]["finding"]) == ["GPU idle between kernel launches", "Communication not hidden behind compute"]
     assert frames[1].to_dict("records") == [{"id": "launch_gap:r0:s7", "kind": "GPU idle between kernel launches",
                                              "status": "fixed", "note": "CUDA graph <b>captured</b>"}]
     markdown = at.code[-1].value

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from analyzers import runs as run_store
-from app import charts, review, state, ui
+from app import charts, fixinfo, review, state, ui
 
 st.title("Report")
 run_id = ui.need_run()
@@ -60,12 +60,15 @@ right.download_button("Download JSON (CLI contract)", data=json.dumps(report, in
 
 st.subheader("Findings in this report")
 if report.get("findings"):
-    ui.table(pd.DataFrame([{"#": i, "kind": ui.kind_title(f["kind"]), "severity": f["severity"],
+    # the same titles as the Findings page and the HTML report: best fit first, as the report lists them
+    ui.table(pd.DataFrame([{"#": i, "finding": ui.kind_title(f["kind"]), "severity": f["severity"],
                             "rank": f["rank"], "step": f["step"], "ms/step": f["cost_ms_per_step"],
-                            "% of step": f["cost_pct"], "fixes": ", ".join(f["fixes"])}
+                            "% of step": f["cost_pct"],
+                            "fixes": ", ".join(fixinfo.fix_details(fix_id)["title"] for fix_id in f["fixes"])}
                            for i, f in enumerate(report["findings"], start=1)]),
              column_config={"ms/step": st.column_config.NumberColumn(format="%.3f"),
-                            "% of step": st.column_config.NumberColumn(format="%.1f")})
+                            "% of step": st.column_config.NumberColumn(format="%.1f"),
+                            "fixes": st.column_config.TextColumn("fixes (best fit first)", width="large")})
 else:
     st.success("No findings.")
 st.subheader("Review marks")
