@@ -27,10 +27,13 @@ def teller(callback: Progress | None) -> Callable[..., None]:
 
     def tell(stage: str, item: str, fraction: float, **details: Any) -> None:
         fraction = min(max(float(fraction or 0.0), 0.0), 1.0)
-        if takes_details:
-            callback(stage, item, fraction, **details)
-        else:
-            callback(stage, item, fraction)
+        try:
+            if takes_details:
+                callback(stage, item, fraction, **details)
+            else:
+                callback(stage, item, fraction)
+        except Exception:   # a broken progress display must not fail the load (a rerun's control flow still passes)
+            pass
     return tell
 
 

@@ -127,3 +127,35 @@ def test_real_shared_traces_folder_is_split_by_job(shared_traces):
     for run_id in (r.run_id for r in results):                     # no run spans days any more
         span_ns = con.execute("SELECT max(ts_ns) - min(ts_ns) FROM events WHERE run_id = ?", [run_id]).fetchone()[0]
         assert span_ns < 2 * JOB_START_GAP_US * 1000, (names(con)[run_id], span_ns)
+
+
+def test_before_and_after_folders_a_minute_apart_are_two_jobs(tmp_path):
+    # one set-up profiled twice, a minute apart (the usual before/after of a fix): same world size,
+    # within JOB_START_GAP_US; their files claim the same ranks, and the folders tell them apart
+    for run, start in (("before", T0), ("after", T0 + 60 * 10**6)):
+        for rank in (0, 1):
+            write(tmp_path / "exp" / run / f"rank{rank}.json",
+                  trace(start + 30 * rank, {"rank": rank, "world_size": 2, "backend": "nccl"}))
+    con = connect(":memory:")
+    results = ingest_jobs(con, [tmp_path / "exp"])
+    assert sorted(names(con)[r.run_id] for r in results) == ["after", "before"]
+    assert [r.ranks for r in results] == [[0, 1], [0, 1]] and all(not r.errors for r in results)
+
+
+def test_a_file_without_distributed_info_stays_out_of_another_folders_job(tmp_path):
+    for rank in (0, 1):
+        write(tmp_path / "all" / "ddp" / f"rank{rank}.json", trace(T0 + 30 * rank, {"rank": rank, "world_size": 2}))
+    write(tmp_path / "all" / "single" / "trace.json", trace(T0 + 90 * 10**6))   # a single-process run, no rank info
+    con = connect(":memory:")
+    results = ingest_jobs(con, [tmp_path / "all"])
+    assert sorted((names(con)[r.run_id], tuple(r.ranks)) for r in results) == [("ddp", (0, 1)), ("single", (0,))]
+
+
+def test_the_sample_folder_gives_one_run_per_job_folder():
+    samples = Path(__file__).resolve().parents[1] / "sample_traces"
+    con = connect(":memory:")
+    results = ingest_jobs(con, [samples])
+    folders = sorted(p.name for p in samples.iterdir() if p.is_dir() and not p.name.startswith("__"))
+    assert sorted(names(con)[r.run_id] for r in results if r.run_id) == folders
+    # manifest.json lies beside the job folders: named as no trace, the rest loads
+    assert [e.file for r in results for e in r.errors] == ["sample_traces/manifest.json"]

@@ -125,3 +125,13 @@ def test_cli_progress_escapes_trace_text():
     stream = io.StringIO()
     _StderrProgress(stream)("reading", "evil\x1b[2Jname.json", 0.5)
     assert "\x1b" not in stream.getvalue()
+
+
+def test_a_callback_that_fails_does_not_fail_the_load(job):
+    def broken(stage, item, fraction, **details):
+        raise RuntimeError("the progress widget is gone")
+
+    con = connect(":memory:")
+    result = ingest_paths(con, [job], progress=broken)
+    assert result.run_id and not result.errors
+    analyze_run(con, result.run_id, progress=broken)

@@ -96,7 +96,7 @@ class _DiskFull(Exception):
 
 
 def _ingest(con, paths, name, progress, limits, tmpdir, split: bool) -> list[IngestResult]:
-    files, errors = collect(paths, tmpdir, limits, progress, threads=_threads(con))
+    files, errors = collect(paths, tmpdir, limits, teller(progress) if progress else None, threads=_threads(con))
     warnings: list[FileError] = []
     files = _drop_repeated_content(files, warnings)
     scanned: list[tuple[RankFile, Layout]] = []

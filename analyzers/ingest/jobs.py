@@ -3,11 +3,12 @@ become one mixed run (its timeline "1,666,178,633,367 ms into the trace", its ra
 across jobs).
 
 Files are of different jobs when they were traced far apart in time, or when their
-distributedInfo declares different world sizes or backends. When is a file traced: its
+distributedInfo declares different world sizes or backends, or when two files claim the same
+rank and sit in different folders (a before/ and an after/ run). When is a file traced: its
 baseTimeNanoseconds (the wall clock at profiler start, which newer Kineto writes beside
 timestamps of its own clock), else its first timestamps (older Kineto writes wall-clock µs). A
-file with neither is placed with the first file. Files without distributedInfo join
-the one declared job of their time group; with several, they are a job of their own.
+file with neither is placed with the first file. A file without distributedInfo joins the one
+declared job of its time group whose folder holds it; the others of a time group are one job.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import PurePosixPath
 from typing import Any
 
-from .ranks import base_time_ns, declared_world_size, utf8_text
+from .ranks import base_time_ns, declared_rank, declared_world_size, rank_from_name, utf8_text
 
 # Ranks of one job run the same profiled steps, held in step by their collectives, so their first
 # events lie within a step (plus host clock offsets of ms) of each other; 5 minutes is above any
@@ -105,14 +106,45 @@ def group_jobs(files: list[JobFile]) -> list[Job]:
             keyed.setdefault((when, declared), []).append(index)
     for when, indexes in loose.items():
         declared_here = [key for key in keyed if key[0] == when]
-        if len(declared_here) == 1:
-            keyed[declared_here[0]].extend(indexes)
-        else:
-            keyed[(when, None)] = indexes
-    groups = sorted((sorted(members) for members in keyed.values()), key=lambda members: members[0])
+        roots = {key: _common_folder([files[i] for i in keyed[key]]) for key in declared_here}
+        for index in indexes:
+            # a file that declares nothing joins the one declared job whose folder holds it
+            holders = [key for key in declared_here if _within(_folder(files[index]), roots[key])]
+            # the others of the time group stay together (per-host folders of one job declare nothing)
+            keyed.setdefault(holders[0] if len(holders) == 1 else (when, None), []).append(index)
+    groups = sorted((part for members in keyed.values() for part in _split_repeated_ranks(files, sorted(members))),
+                    key=lambda members: members[0])
     labels = _labels([[files[i] for i in members] for members in groups])
     return [Job(members, label, _describe(label, [files[i] for i in members]))
             for members, label in zip(groups, labels)]
+
+
+def _folder(f: JobFile) -> str:
+    return str(PurePosixPath(f.where.replace("\\", "/")).parent) if f.where else "."
+
+
+def _common_folder(members: list[JobFile]) -> str:
+    folders = [_folder(f) for f in members]
+    return os.path.commonpath(folders) if folders and all(f != "." for f in folders) else "."
+
+
+def _within(folder: str, root: str) -> bool:
+    return root in ("", ".") or folder == root or folder.startswith(root.rstrip("/") + "/")
+
+
+def _split_repeated_ranks(files: list[JobFile], members: list[int]) -> list[list[int]]:
+    """members as one job, or one job per folder when two of its files claim the same rank (a
+    before/ and an after/ run of one set-up, traced minutes apart) and the folders tell them apart."""
+    claimed = [declared_rank(files[i].meta) for i in members]
+    claimed = [rank if rank is not None else rank_from_name(files[i].where or files[i].display, len(members) > 1)
+               for rank, i in zip(claimed, members)]
+    known = [rank for rank in claimed if rank is not None]
+    if len(known) == len(set(known)):
+        return [members]
+    by_folder: dict[str, list[int]] = {}
+    for i in members:
+        by_folder.setdefault(_folder(files[i]), []).append(i)
+    return list(by_folder.values()) if len(by_folder) > 1 else [members]
 
 
 def _labels(groups: list[list[JobFile]]) -> list[str]:

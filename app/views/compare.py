@@ -133,7 +133,8 @@ st.subheader("Top changed kernels and ops")
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _operator_diff(path: str, run_before: str, run_after: str, of_kind: str):
+def _operator_diff(path: str, version: str, run_before: str, run_after: str, of_kind: str):
+    """Keyed by store and code version (state.code_version), like every per-run figure."""
     return queries.operator_diff(state.cur(), run_before, run_after, of_kind)
 
 
@@ -141,7 +142,7 @@ diff_kind = st.radio("Compare", ["kernels", "ops"], horizontal=True, key="compar
                      index=1 if before_cpu and after_cpu else 0,
                      format_func={"kernels": "GPU kernels", "ops": "CPU ops"}.get)
 with st.spinner("Comparing kernels and ops…"):
-    diff = _operator_diff(state.db_path(), before, after, diff_kind)
+    diff = _operator_diff(state.db_path(), state.code_version(), before, after, diff_kind)
 if not len(diff):
     st.info("Neither run has " + ("GPU kernels." if diff_kind == "kernels" else "CPU ops."))
 else:

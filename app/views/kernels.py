@@ -26,8 +26,9 @@ if run_id is None:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _top(path: str, what: str, run: str, window: tuple[int, int] | None, rank: int | None, step: int | None,
-         by_rank: bool, limit: int) -> pd.DataFrame:
+def _top(path: str, version: str, what: str, run: str, window: tuple[int, int] | None, rank: int | None,
+         step: int | None, by_rank: bool, limit: int) -> pd.DataFrame:
+    """Keyed by store, code version (state.code_version) and what is asked."""
     read = {"ops": queries.top_ops, "kernels": queries.top_kernels, "modules": queries.top_modules}[what]
     return read(state.cur(), run, window=window, rank=rank, step=step, by_rank=by_rank, limit=limit)
 
@@ -83,7 +84,7 @@ by_rank = bool(by_rank and rank is None)
 share_label = "% of step" if source != "A finding's window" else "% of window"
 
 with st.spinner("Reading ops, kernels and modules…"):
-    ops, kernels, modules = (_top(state.db_path(), what, run_id, window, rank, step, by_rank, limit)
+    ops, kernels, modules = (_top(state.db_path(), state.code_version(), what, run_id, window, rank, step, by_rank, limit)
                              for what in ("ops", "kernels", "modules"))
 
 
