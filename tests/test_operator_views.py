@@ -4,7 +4,9 @@ from nesting, GPU time from launches, tensor-core flags, windows, the run diff, 
 totals agree with the breakdowns every other page reads."""
 from __future__ import annotations
 
+import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -105,12 +107,11 @@ def test_kernel_totals_agree_with_the_breakdowns(store):
                               [run]).fetchone()
         assert kernels["total_ms"].sum() == pytest.approx(counted[0])
         assert kernels["calls"].sum() == counted[1]
-        breakdown = con.execute("SELECT sum(busy_ns) / 1e6, sum(n_steps * mean_step_ns) / 1e6 FROM rank_breakdown(?)",
-                                [run]).fetchone()
-        assert kernels["busy_ms"].iloc[0] == pytest.approx(breakdown[0])      # GPU busy: rank_breakdown's
-        assert kernels["window_ms"].iloc[0] == pytest.approx(breakdown[1])    # step time: n_steps x mean step
-        # per step, per rank: the busy time of a step's GPU window is step_breakdown's gpu_busy
+        # the whole run is its steps on the GPU clock: step_breakdown's busy and step time over all steps
         steps = queries.step_breakdown(con, run).dropna(subset=["step"])
+        assert kernels["busy_ms"].iloc[0] == pytest.approx(steps["gpu_busy_ms"].sum())
+        assert kernels["window_ms"].iloc[0] == pytest.approx(steps["step_ms"].sum())
+        # per step, per rank: the busy time of a step's GPU window is step_breakdown's gpu_busy
         for _, row in steps.head(6).iterrows():
             one = queries.top_kernels(con, run, rank=int(row["rank"]), step=int(row["step"]), limit=None)
             assert one["busy_ms"].iloc[0] == pytest.approx(row["gpu_busy_ms"], abs=1e-6)
@@ -323,3 +324,101 @@ def test_compare_shows_the_kernel_diff(app_store, monkeypatch):
     at.radio(key="compare_diff_kind").set_value("ops").run()
     assert not at.exception
     assert "aten::mm" in set(at.dataframe[-1].value["name"])
+
+
+# --------------------------------------------------------------------------- whole run = its steps
+
+PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*\d+")
+PER_STEP_REL_TOLERANCE = 0.01   # kernel view vs step_breakdown, whole run vs sum of its steps
+
+
+def _without_profiler_steps(src: Path, dst: Path) -> Path:
+    """A copy of the trace without its ProfilerStep#N events: its ranks infer their steps."""
+    raw = src.read_bytes()
+    trace = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if not PROFILER_STEP.match(str(e.get("name", "")))]
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text(json.dumps(trace))
+    return dst
+
+
+def _assert_whole_run_is_per_step(con, run: str) -> None:
+    """The whole-run views count what lies inside the steps they divide by (inferred steps here):
+    compute kernel time per step is step_breakdown's compute per step, kernel shares of the step
+    time add up to at most 100%, operator_diff's per-step figures are the same, and the whole-run
+    Operator view is the sum of its step views."""
+    steps = con.execute("SELECT steps FROM run_step_count(?)", [run]).fetchone()[0]
+    sources = {s for (s,) in con.execute("SELECT DISTINCT source FROM steps(?)", [run]).fetchall()}
+    assert sources and "profiler_step" not in sources, sources
+    breakdown = queries.step_breakdown(con, run)
+    assert len(breakdown) == steps
+    compute_per_step = breakdown["compute_ms"].mean()
+
+    kernels = queries.top_kernels(con, run, limit=None)
+    kernel_compute = kernels.loc[kernels["category"] == "compute", "total_ms"].sum() / steps
+    assert kernel_compute == pytest.approx(compute_per_step, rel=PER_STEP_REL_TOLERANCE)
+    assert kernels["window_ms"].iloc[0] == pytest.approx(breakdown["step_ms"].sum())
+    assert kernels["step_pct"].sum() <= 100.0 + 1e-9
+
+    diff = queries.operator_diff(con, run, run, "kernels", limit=None).set_index("name")
+    diff_compute = diff.loc[kernels.loc[kernels["category"] == "compute", "name"], "before_ms"].sum()
+    assert diff_compute == pytest.approx(compute_per_step, rel=PER_STEP_REL_TOLERANCE)
+
+    ops = queries.top_ops(con, run, limit=None)
+    step_numbers = [int(s) for s in breakdown["step"].dropna().unique()]
+    self_in_steps = sum(queries.top_ops(con, run, step=s, limit=None)["self_ms"].sum() for s in step_numbers)
+    assert ops["self_ms"].sum() == pytest.approx(self_in_steps, rel=PER_STEP_REL_TOLERANCE)
+    op_diff = queries.operator_diff(con, run, run, "ops", limit=None)
+    assert op_diff["before_ms"].sum() == pytest.approx(ops["total_ms"].sum() / steps)
+
+
+def test_whole_run_counts_only_inferred_steps_on_a_synthesized_job(tmp_path):
+    from sample_traces.synthesize import synthesize
+
+    synthesize(tmp_path / "profiled", "h2d_stall", steps=8, seed=0)
+    stripped = [_without_profiler_steps(p, tmp_path / "stripped" / p.name.removesuffix(".gz"))
+                for p in sorted((tmp_path / "profiled").glob("*.json*"))]
+    con = connect(str(tmp_path / "synth.duckdb"))
+    result = ingest_paths(con, [str(p) for p in stripped])
+    assert result.run_id and not result.errors
+    ensure_loaded(con)
+    _assert_whole_run_is_per_step(con, result.run_id)
+    con.close()
+
+
+def test_whole_run_counts_only_inferred_steps_on_resnet50(shared_traces, tmp_path):
+    stripped = _without_profiler_steps(shared_traces / "resnet50_num_workers_0.json.gz", tmp_path / "resnet50.json")
+    con = connect(str(tmp_path / "resnet.duckdb"))
+    run = _ingest(con, stripped)
+    ensure_loaded(con)
+    _assert_whole_run_is_per_step(con, run)
+    # one training thread: its ops' self time fits in the steps
+    assert queries.top_ops(con, run, limit=None)["self_pct"].sum() <= 100.0 + 1e-9
+    con.close()
+
+
+def test_operator_shares_without_steps_are_of_the_host_span(store):
+    con, _, _ = store
+    run = _hand_built_nesting_or_existing(con)
+    assert not con.execute("SELECT count(*) FROM steps(?)", [run]).fetchone()[0]
+    ops = queries.top_ops(con, run, limit=None).set_index("name")
+    # host span: A's start (0 ms) to the end of the last launch call (20.1 ms); every op counts
+    assert ops["window_ms"].iloc[0] == pytest.approx(20.1)
+    assert ops.loc["A", "self_pct"] == pytest.approx(100.0 * ops.loc["A", "self_ms"] / 20.1)
+    assert ops["calls"].sum() == 4
+    kernels = queries.top_kernels(con, run, limit=None)
+    assert kernels["window_ms"].iloc[0] == pytest.approx(22 - 11)    # GPU span: first kernel start to last end
+
+
+def test_operator_shares_without_steps_on_a_real_trace(shared_traces, tmp_path):
+    con = connect(str(tmp_path / "alexnet.duckdb"))
+    run = _ingest(con, shared_traces / "alexnet_single_gpu.json.gz")
+    ensure_loaded(con)
+    assert not con.execute("SELECT count(*) FROM steps(?)", [run]).fetchone()[0]
+    ops = queries.top_ops(con, run, limit=None)
+    span_ms = con.execute("SELECT (max(ts_ns + dur_ns) - min(ts_ns)) / 1e6 FROM events WHERE run_id = ? "
+                          "AND kind IN ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver')",
+                          [run]).fetchone()[0]
+    assert ops["window_ms"].iloc[0] == pytest.approx(span_ms)
+    assert ops["self_pct"].notna().all() and 0 < ops["self_pct"].sum() <= 100.0 + 1e-9
+    con.close()

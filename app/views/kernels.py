@@ -72,7 +72,8 @@ with middle:
         st.caption(f"{(window[0] - origin) / 1e6:,.3f}–{(window[1] - origin) / 1e6:,.3f} ms into the trace · "
                    f"{ui.md(ui.where(finding))}")
     else:
-        st.caption("Every op and kernel of the run; shares are of the ranks' step time.")
+        st.caption("Ops that start in the ranks' steps and kernel time inside them (everything on a rank without "
+                   "steps); shares are of the step time.")
 with right:
     rank = st.selectbox("Rank", [None, *all_ranks], key="kernels_rank",
                         format_func=lambda r: "All ranks" if r is None else f"Rank {r}")

@@ -1,4 +1,4 @@
--- requires: lib/intervals.sql lib/steps.sql lib/gpu_steps.sql lib/copies.sql
+-- requires: lib/intervals.sql lib/steps.sql lib/gpu_steps.sql lib/copies.sql metrics/rank_breakdown.sql
 -- Host-to-device copies: how much copy time the GPU sits exposed on,
 -- and how the copies are made (pageable vs pinned, blocking vs async, bandwidth vs the link).
 
@@ -11,8 +11,8 @@
 --                     starting inside a step on the GPU clock), their bytes, and how many of them a
 --                     blocking call issued: what per-step figures count
 --   copy_in_steps_ns  summed copy time inside the rank's steps on the GPU clock (gpu_steps; a rank
---                     without steps: its GPU span) (metrics/rank_breakdown.sql's
---                     rank_step_costs.h2d_in_steps_ns, the ranks table's H2D per step, by the same rule)
+--                     without steps: its GPU span): metrics/rank_breakdown.sql's
+--                     rank_step_costs.h2d_in_steps_ns, the ranks table's H2D per step
 --   exposed_ns        union(HtoD copies) minus union(compute kernels): copy time nothing hides
 --                     (a pinned, non_blocking copy on a side stream would overlap compute),
 --                     inside the rank's steps on the GPU clock only
@@ -45,7 +45,7 @@ WITH c AS MATERIALIZED (
                UNION ALL SELECT copy_no FROM interval_clip('unissued', 'windows')) s ON s.copy_no = c.copy_no
     GROUP BY c.rank
 ), copy_time_in_steps AS (
-    SELECT grp AS rank, sum(end_ns - start_ns) AS copy_in_steps_ns FROM interval_clip('c', 'windows') GROUP BY grp
+    SELECT rank, h2d_in_steps_ns AS copy_in_steps_ns FROM rank_step_costs(run)
 ), copy_iv AS (
     SELECT rank AS grp, start_ns, end_ns FROM c
 ), compute_iv AS (

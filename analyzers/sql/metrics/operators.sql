@@ -9,44 +9,54 @@
 --   only_step   a step number (steps(run): ProfilerStep#N or the inferred iteration): host ops
 --               are read in its host window, GPU work in its GPU-clock window (gpu_steps), per rank
 --   t0_ns, t1_ns  else a time window [t0_ns, t1_ns) on every rank
---   all NULL    the whole run: ops over the whole trace, GPU work with gpu_activity.counted (HTA's
---               rule, as rank_breakdown), per-step shares over the rank's step time
---               (n_steps x mean step, rank_breakdown's figures: the GPU span on a rank without steps)
+--   all NULL    the whole run, counted as every per-step figure is (rank_step_costs): host ops
+--               starting in the rank's host steps (host_step_windows), counted GPU work
+--               (gpu_activity.counted) clipped to its steps on the GPU clock (gpu_steps); a rank
+--               without steps counts everything. Shares are of the steps' time (host: the host
+--               steps, else the rank's host span; GPU: the gpu_steps windows, else the GPU span)
 -- by_rank      TRUE: one row per rank and name; FALSE: summed over the ranks (rank NULL)
 
 
 -- host_view_windows(run, t0_ns, t1_ns, only_rank, only_step): per rank, the host time range a
--- view covers (NULL bounds: unbounded) and the time its shares are of (window_ns).
--- Columns: rank, start_ns, end_ns, window_ns
+-- view covers (NULL bounds: unbounded, the whole run, whose views keep only what starts in the
+-- rank's host steps) and the time its shares are of (window_ns: the whole run's is the rank's
+-- step time, or its host span, first to last host event, on a rank without steps).
+-- Columns: rank, start_ns, end_ns, window_ns, whole_run
 CREATE OR REPLACE MACRO host_view_windows(run, t0_ns, t1_ns, only_rank, only_step) AS TABLE
 WITH rank_list AS (
     SELECT rank FROM ranks WHERE run_id = run AND (only_rank IS NULL OR rank = only_rank)
-), whole_run AS (
-    SELECT rank, sum(dur_ns) AS step_ns FROM steps(run) GROUP BY rank
+), step_time AS (
+    SELECT rank, sum(dur_ns) AS step_ns FROM steps(run)
+    WHERE only_step IS NULL AND (t0_ns IS NULL OR t1_ns IS NULL) GROUP BY rank
+), host_span AS (
+    SELECT rank, max(ts_ns + dur_ns) - min(ts_ns) AS span_ns FROM events
+    WHERE run_id = run AND only_step IS NULL AND (t0_ns IS NULL OR t1_ns IS NULL)
+      AND kind IN ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver')
+      AND dur_ns IS NOT NULL AND rank NOT IN (SELECT rank FROM step_time)
+    GROUP BY rank
 )
-SELECT s.rank, s.start_ns, s.end_ns, s.dur_ns AS window_ns
+SELECT s.rank, s.start_ns, s.end_ns, s.dur_ns AS window_ns, FALSE AS whole_run
 FROM steps(run) s JOIN rank_list r ON r.rank = s.rank
 WHERE only_step IS NOT NULL AND s.step = only_step
 UNION ALL
-SELECT rank, t0_ns, t1_ns, t1_ns - t0_ns FROM rank_list
+SELECT rank, t0_ns, t1_ns, t1_ns - t0_ns, FALSE FROM rank_list
 WHERE only_step IS NULL AND t0_ns IS NOT NULL AND t1_ns IS NOT NULL
 UNION ALL
-SELECT r.rank, NULL::BIGINT, NULL::BIGINT, w.step_ns
-FROM rank_list r LEFT JOIN whole_run w ON w.rank = r.rank
+SELECT r.rank, NULL::BIGINT, NULL::BIGINT, coalesce(s.step_ns, h.span_ns), TRUE
+FROM rank_list r LEFT JOIN step_time s ON s.rank = r.rank LEFT JOIN host_span h ON h.rank = r.rank
 WHERE only_step IS NULL AND (t0_ns IS NULL OR t1_ns IS NULL);
 
 
 -- gpu_view_windows(run, t0_ns, t1_ns, only_rank, only_step): host_view_windows on the GPU clock:
--- a step is its gpu_steps window; the whole run's step time is rank_breakdown's n_steps x
--- mean_step_ns (the GPU span of counted activity on a rank without steps).
+-- a step is its gpu_steps window; the whole run's step time is the rank's gpu_steps windows
+-- together (step_breakdown's step time; the GPU span on a rank without steps).
 -- Columns: rank, start_ns, end_ns, window_ns, whole_run
 CREATE OR REPLACE MACRO gpu_view_windows(run, t0_ns, t1_ns, only_rank, only_step) AS TABLE
 WITH rank_list AS (
     SELECT rank FROM ranks WHERE run_id = run AND (only_rank IS NULL OR rank = only_rank)
 ), step_time AS (
-    SELECT rank, sum(dur_ns) AS step_ns FROM steps(run) GROUP BY rank
-), gpu_span AS (
-    SELECT rank, max(end_ns) - min(start_ns) AS span_ns FROM gpu_activity(run) WHERE counted GROUP BY rank
+    SELECT rank, sum(dur_ns) AS step_ns FROM gpu_steps(run)
+    WHERE only_step IS NULL AND (t0_ns IS NULL OR t1_ns IS NULL) GROUP BY rank
 )
 SELECT g.rank, g.start_ns, g.end_ns, g.dur_ns AS window_ns, FALSE AS whole_run
 FROM gpu_steps(run) g JOIN rank_list r ON r.rank = g.rank
@@ -55,8 +65,8 @@ UNION ALL
 SELECT rank, t0_ns, t1_ns, t1_ns - t0_ns, FALSE FROM rank_list
 WHERE only_step IS NULL AND t0_ns IS NOT NULL AND t1_ns IS NOT NULL
 UNION ALL
-SELECT r.rank, NULL::BIGINT, NULL::BIGINT, coalesce(s.step_ns, g.span_ns), TRUE
-FROM rank_list r LEFT JOIN step_time s ON s.rank = r.rank LEFT JOIN gpu_span g ON g.rank = r.rank
+SELECT r.rank, NULL::BIGINT, NULL::BIGINT, s.step_ns, TRUE
+FROM rank_list r LEFT JOIN step_time s ON s.rank = r.rank
 WHERE only_step IS NULL AND (t0_ns IS NULL OR t1_ns IS NULL);
 
 
@@ -68,7 +78,8 @@ CREATE OR REPLACE MACRO is_tensor_core_eligible_op(name, ops) AS
 
 
 -- cpu_op_instances(run, t0_ns, t1_ns, only_rank, only_step, tc_patterns): every cpu_op event
--- starting in the window, with its self time and the GPU work it launched. ProfilerStep#N
+-- starting in the window (the whole run: in one of the rank's host steps, host_step_windows),
+-- with its self time and the GPU work it launched. ProfilerStep#N
 -- ranges (a cpu_op in many traces) are the steps, not ops: left out.
 -- Nesting is by interval containment on the same rank and thread, set-based: one sweep over the
 -- ops' edges (and the launch calls of launches(run) as points) gives each node the depth of the
@@ -82,11 +93,12 @@ CREATE OR REPLACE MACRO is_tensor_core_eligible_op(name, ops) AS
 --   tc_gpu_total_ns  the part of gpu_total_ns on tensor-core kernels (is_tensor_core_kernel)
 CREATE OR REPLACE MACRO cpu_op_instances(run, t0_ns, t1_ns, only_rank, only_step, tc_patterns) AS TABLE
 WITH bounds AS (
-    SELECT rank, coalesce(start_ns, -9223372036854775807) AS w0, coalesce(end_ns, 9223372036854775807) AS w1
+    SELECT rank, coalesce(start_ns, -9223372036854775807) AS w0, coalesce(end_ns, 9223372036854775807) AS w1,
+           whole_run
     FROM host_view_windows(run, t0_ns, t1_ns, only_rank, only_step)
 ), windows AS MATERIALIZED (
     -- horizon: where the last op starting in the window ends (its children run until then)
-    SELECT b.rank, b.w0, b.w1,
+    SELECT b.rank, b.w0, b.w1, b.whole_run,
            CASE WHEN b.w1 = 9223372036854775807 THEN b.w1
                 ELSE greatest(b.w1, (SELECT max(e.ts_ns + e.dur_ns) FROM events e
                                      WHERE e.run_id = run AND e.rank = b.rank AND e.kind = 'cpu_op'
@@ -95,11 +107,20 @@ WITH bounds AS (
 ), ops AS MATERIALIZED (
     -- the ops overlapping the window or its horizon: the ops starting in it, their ancestors and children
     SELECT row_number() OVER () AS op_id, e.rank, hash(e.rank, coalesce(e.tid, '')) AS thread, e.name, e.ts_ns AS start_ns,
-           e.ts_ns + e.dur_ns AS end_ns, e.dur_ns, e.ts_ns >= w.w0 AND e.ts_ns < w.w1 AS starts_inside
+           e.ts_ns + e.dur_ns AS end_ns, e.dur_ns, e.ts_ns >= w.w0 AND e.ts_ns < w.w1 AS starts_inside,
+           w.whole_run
     FROM events e JOIN windows w ON w.rank = e.rank
     WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns IS NOT NULL AND e.dur_ns >= 0
       AND e.ts_ns < w.horizon AND e.ts_ns + e.dur_ns >= w.w0
       AND NOT (starts_with(e.name, 'ProfilerStep') AND regexp_matches(e.name, '^ProfilerStep\s*#\s*\d+'))
+), whole_run_starts AS (
+    -- the whole run: each op's start (1 ns) against its rank's host steps
+    SELECT op_id, rank AS grp, start_ns, start_ns + 1 AS end_ns FROM ops WHERE whole_run
+), host_steps AS (
+    SELECT grp, start_ns, end_ns FROM host_step_windows(run)
+    WHERE EXISTS (SELECT 1 FROM windows WHERE whole_run)
+), starts_in_steps AS (
+    SELECT op_id FROM interval_clip('whole_run_starts', 'host_steps')
 ), launch_points AS (
     SELECT hash(l.rank, coalesce(l.launch_tid, '')) AS thread, l.launch_start_ns AS t, l.gpu_dur_ns,
            CASE WHEN l.gpu_kind = 'kernel' AND is_tensor_core_kernel(l.gpu_name, tc_patterns)
@@ -154,7 +175,7 @@ FROM ops o
 JOIN op_starts s ON s.op_id = o.op_id
 LEFT JOIN child_time c ON c.op_id = o.op_id
 LEFT JOIN launched_inside l ON l.op_id = o.op_id
-WHERE o.starts_inside;
+WHERE o.starts_inside AND (NOT o.whole_run OR o.op_id IN (SELECT op_id FROM starts_in_steps));
 
 
 -- cpu_op_summary(run, t0_ns, t1_ns, only_rank, only_step, by_rank, tc_patterns, tc_ops): the
@@ -193,16 +214,28 @@ FROM per_name p LEFT JOIN windows w ON w.grp_rank IS NOT DISTINCT FROM p.grp_ran
 
 -- gpu_kernel_instances(run, t0_ns, t1_ns, only_rank, only_step): the GPU activity (kernels,
 -- copies, sets) of the window: cut to it (as step_breakdown cuts to a step); the whole run reads
--- the counted activity uncut.
+-- the counted activity cut to the rank's steps on the GPU clock (gpu_steps: its GPU span on a
+-- rank without steps), as rank_step_costs, so that its totals over the step count are per step.
+-- Zero-length activity lies in no whole-run window (interval_clip).
 -- Columns: rank, kind, name, category, stream, dur_ns (the whole activity), start_ns, end_ns (cut)
 CREATE OR REPLACE MACRO gpu_kernel_instances(run, t0_ns, t1_ns, only_rank, only_step) AS TABLE
+WITH views AS MATERIALIZED (
+    SELECT * FROM gpu_view_windows(run, t0_ns, t1_ns, only_rank, only_step)
+), whole_run_activity AS (
+    SELECT g.rank AS grp, g.rank, g.kind, g.name, g.category, g.stream, g.dur_ns, g.start_ns, g.end_ns
+    FROM gpu_activity(run) g JOIN views w ON w.rank = g.rank
+    WHERE w.whole_run AND g.counted
+), step_windows AS (
+    SELECT rank AS grp, start_ns, end_ns FROM gpu_steps(run)
+    WHERE rank IN (SELECT rank FROM views WHERE whole_run)
+)
 SELECT g.rank, g.kind, g.name, g.category, g.stream, g.dur_ns,
-       greatest(g.start_ns, coalesce(w.start_ns, g.start_ns)) AS start_ns,
-       least(g.end_ns, coalesce(w.end_ns, g.end_ns)) AS end_ns
-FROM gpu_activity(run) g
-JOIN gpu_view_windows(run, t0_ns, t1_ns, only_rank, only_step) w ON w.rank = g.rank
-WHERE (NOT w.whole_run OR g.counted)
-  AND (w.start_ns IS NULL OR (g.end_ns > w.start_ns AND g.start_ns < w.end_ns));
+       greatest(g.start_ns, w.start_ns) AS start_ns, least(g.end_ns, w.end_ns) AS end_ns
+FROM gpu_activity(run) g JOIN views w ON w.rank = g.rank
+WHERE NOT w.whole_run AND g.end_ns > w.start_ns AND g.start_ns < w.end_ns
+UNION ALL
+SELECT rank, kind, name, category, stream, dur_ns, start_ns, end_ns
+FROM interval_clip('whole_run_activity', 'step_windows');
 
 
 -- gpu_kernel_summary(run, t0_ns, t1_ns, only_rank, only_step, by_rank, tc_patterns): the Kernel
@@ -210,8 +243,8 @@ WHERE (NOT w.whole_run OR g.counted)
 -- Columns:
 --   rank (NULL unless by_rank), name, category (gpu_activity's), calls, total_ns (inside the
 --   window), mean_ns, min_ns, max_ns (of whole kernels), streams (how many streams ran it)
---   busy_pct     total_ns / GPU busy time x 100 (busy: union of all GPU activity in the window, as
---                rank_breakdown.busy_ns for the whole run)
+--   busy_pct     total_ns / GPU busy time x 100 (busy: union of all GPU activity in the window; the
+--                whole run's is step_breakdown's gpu_busy over the steps, of counted activity)
 --   step_pct     total_ns / window_ns x 100 (share of the step time, or of the window's time)
 --   tensor_core  is_tensor_core_kernel; fp32_cuda_core  is_fp32_simt_matmul: a matmul or
 --                convolution that could use tensor cores and does not (the fp32_matmul finding)
@@ -250,7 +283,8 @@ LEFT JOIN windows w ON w.grp_rank IS NOT DISTINCT FROM p.grp_rank;
 -- with_modules / with_stack traces' python_function events 'nn.Module: Foo_0' and from
 -- record_function ranges (user_annotation, ProfilerStep#N left out). A scope's path is the scopes
 -- around it on the same rank and thread ('DistributedDataParallel.forward/ResNet_0/Conv2d_1');
--- the same nesting sweep as cpu_op_instances. No rows when the trace has neither.
+-- the same nesting sweep as cpu_op_instances; the whole run, as there, counts the scopes starting
+-- in the rank's host steps. No rows when the trace has neither.
 -- Columns:
 --   rank (NULL unless by_rank), path, name (its last part), source ('module' | 'annotation'),
 --   depth, calls, total_ns (inclusive host time), gpu_total_ns (GPU work launched inside it),
@@ -258,20 +292,27 @@ LEFT JOIN windows w ON w.grp_rank IS NOT DISTINCT FROM p.grp_rank;
 CREATE OR REPLACE MACRO module_summary(run, t0_ns, t1_ns, only_rank, only_step, by_rank) AS TABLE
 WITH RECURSIVE windows AS MATERIALIZED (
     SELECT rank, coalesce(start_ns, -9223372036854775807) AS w0, coalesce(end_ns, 9223372036854775807) AS w1,
-           window_ns
+           window_ns, whole_run
     FROM host_view_windows(run, t0_ns, t1_ns, only_rank, only_step)
 ), scopes AS MATERIALIZED (
     SELECT row_number() OVER () AS scope_id, e.rank, coalesce(e.tid, '') AS tid,
            CASE WHEN e.kind = 'python_function' THEN substr(e.name, length('nn.Module: ') + 1) ELSE e.name END AS name,
            CASE WHEN e.kind = 'python_function' THEN 'module' ELSE 'annotation' END AS source,
            e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns,
-           e.ts_ns >= w.w0 AND e.ts_ns < w.w1 AS starts_inside
+           e.ts_ns >= w.w0 AND e.ts_ns < w.w1 AS starts_inside, w.whole_run
     FROM events e JOIN windows w ON w.rank = e.rank
     WHERE e.run_id = run AND e.dur_ns IS NOT NULL AND e.dur_ns > 0
       AND e.ts_ns < w.w1 AND e.ts_ns + e.dur_ns >= w.w0
       AND ((e.kind = 'python_function' AND starts_with(e.name, 'nn.Module: '))
            OR (e.kind = 'user_annotation'
                AND NOT (starts_with(e.name, 'ProfilerStep') AND regexp_matches(e.name, '^ProfilerStep\s*#\s*\d+'))))
+), whole_run_starts AS (
+    SELECT scope_id, rank AS grp, start_ns, start_ns + 1 AS end_ns FROM scopes WHERE whole_run
+), host_steps AS (
+    SELECT grp, start_ns, end_ns FROM host_step_windows(run)
+    WHERE EXISTS (SELECT 1 FROM windows WHERE whole_run)
+), starts_in_steps AS (
+    SELECT scope_id FROM interval_clip('whole_run_starts', 'host_steps')
 ), nodes AS (
     SELECT rank, tid, start_ns AS t, 1 AS ord, -end_ns AS tie, 1 AS delta, scope_id FROM scopes
     UNION ALL
@@ -318,7 +359,7 @@ WITH RECURSIVE windows AS MATERIALIZED (
            any_value(s.source) AS source, any_value(p.level) AS depth, count(*) AS calls,
            sum(s.dur_ns) AS total_ns, sum(coalesce(g.gpu_total_ns, 0)) AS gpu_total_ns
     FROM scopes s JOIN paths p ON p.scope_id = s.scope_id LEFT JOIN gpu_inside g ON g.scope_id = s.scope_id
-    WHERE s.starts_inside
+    WHERE s.starts_inside AND (NOT s.whole_run OR s.scope_id IN (SELECT scope_id FROM starts_in_steps))
     GROUP BY ALL
 ), window_time AS (
     SELECT CASE WHEN by_rank THEN rank END AS grp_rank, sum(window_ns) AS window_ns FROM windows GROUP BY ALL
@@ -339,8 +380,9 @@ WHERE r.run_id = run;
 
 
 -- operator_diff(run_before, run_after, of_kind, tc_patterns, tc_ops): per op name ('ops') or kernel
--- name ('kernels'), the whole run of each side per step (total over the ranks' step count:
--- n_steps from steps(run), 1 on a rank without steps), what Compare's per-op table shows.
+-- name ('kernels'), the whole run of each side per step (its totals, counted inside the steps as
+-- the whole-run views count, over the ranks' step count: n_steps from steps(run), 1 on a rank
+-- without steps), what Compare's per-op table shows.
 -- Columns: name, before_ms, after_ms (time per step), delta_ms, before_calls, after_calls
 --   (calls per step), delta_calls, tensor_core (kernels: is_tensor_core_kernel; ops: eligible)
 CREATE OR REPLACE MACRO operator_diff(run_before, run_after, of_kind, tc_patterns, tc_ops) AS TABLE

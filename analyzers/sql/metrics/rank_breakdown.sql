@@ -89,7 +89,7 @@ WHERE r.run_id = run;
 --   rank
 --   comm_in_steps_ns  union of communication kernels inside the steps (the ranks table's comm / step)
 --   h2d_in_steps_ns   summed host-to-device copy time inside the steps (the ranks table's H2D / step;
---                     h2d_summary's copy_in_steps_ns, by the same rule)
+--                     h2d_summary's copy_in_steps_ns reads it)
 CREATE OR REPLACE MACRO rank_step_costs(run) AS TABLE
 WITH act AS MATERIALIZED (
     SELECT rank AS grp, start_ns, end_ns, category, kind = 'memcpy' AND copy_direction(name, args) = 'HtoD' AS h2d
