@@ -12,6 +12,7 @@ medium, else low); findings under MIN_FINDING_PCT are dropped as noise.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -32,7 +33,7 @@ from analyzers.progress import Progress, teller
 from analyzers.root_causes import (RunCosts, group_across_ranks, link_consequences, order_findings, run_costs,
                                    unmet_needs)
 from analyzers.safe_text import SUMMARY_LIMIT, clip
-from analyzers.sqlrun import ensure_loaded, run_cache
+from analyzers.sqlrun import ensure_loaded, run_cache, run_ranks
 
 
 
@@ -385,32 +386,58 @@ def run_analyses(con: duckdb.DuckDBPyConnection, run_id: str,
 
 def analyze_root_causes(con: duckdb.DuckDBPyConnection, run_id: str,
                         thresholds: Mapping[str, Any] | None = None,
-                        progress: Progress | None = None) -> tuple[list[Finding], list[str], RunCosts]:
+                        progress: Progress | None = None,
+                        per_rank: bool = True) -> tuple[list[Finding], list[str], RunCosts]:
     """Every analysis on the run, its per-rank findings grouped into one finding per cause
     (analyzers.root_causes), consequences linked to their cause: (findings, notes, RunCosts).
-    progress: told "analysing" before each stage (the shared views, each analysis, the idle
-    split) and "analysed" at the end."""
+    progress: told "analysing" before each stage (the shared views, each rank's analyses, each
+    analysis across ranks) and "analysed" at the end.
+    per_rank: the analyses that look at one rank at a time (all but ACROSS_RANKS ones) run rank
+    by rank on that rank's events (sqlrun.RunCache.only), so their cost and memory stay those of
+    a one-rank run; False runs them once on the whole run (the same findings)."""
     tell = teller(progress)
     ensure_loaded(con)
     resolved = th.resolve(thresholds)
     modules = analysis_modules()
-    stages = len(modules) + 2      # the shared views, each analysis, the idle split by cause
-    tell("analysing", "shared per-run views", 0.0, done=1, total=stages)
-    with run_cache(con, run_id, resolved):   # the shared per-run views, computed once for all analyses
+    across = [m for m in modules if getattr(m, "ACROSS_RANKS", False)] if per_rank else []
+    # (rank, its analyses): a pass per rank with all but the ACROSS_RANKS analyses, then those on the
+    # whole run (rank None); per_rank False: one whole-run pass with every analysis
+    passes = [(rank, [m for m in modules if m not in across]) for rank in run_ranks(con, run_id)] if per_rank else []
+    passes += [(None, across if per_rank else modules)]
+    total = 1 + sum(len(pass_modules) for _, pass_modules in passes)
+    tell("analysing", "shared per-run views", 0.0, done=1, total=total)
+    with run_cache(con, run_id, resolved, per_rank=per_rank) as cache:   # the shared views, computed once
         ctx = build_context(con, run_id, resolved)
-        findings: list[Finding] = []
-        for index, module in enumerate(modules, 2):
-            tell("analysing", module.SPEC.title, (index - 1) / stages, done=index, total=stages)
-            try:
-                findings.extend(module.find(con, run_id, ctx))
-            except Exception as exc:  # one broken analysis must not hide the others' findings
-                ctx.notes.append(f"The {module.SPEC.kind} analysis failed on this run: {exc}")
-        tell("analysing", "GPU idle time by cause", (stages - 1) / stages, done=stages, total=stages)
-        try:
-            gap_rows = gap_causes(con, run_id, ctx) if ctx.has_gpu else []
-        except duckdb.Error as exc:    # costs that cannot be split by cause: no "unexplained idle" figure
+        # each analysis' findings and notes, in analysis order, each rank's after the previous rank's
+        found: dict[str, list[Finding]] = {m.SPEC.kind: [] for m in modules}
+        noted: dict[str, list[str]] = {m.SPEC.kind: [] for m in modules}
+        gap_rows: list[dict[str, Any]] = []
+        gap_errors: list[str] = []
+        done = 1
+        for rank, pass_modules in passes:
+            shared: dict[Any, Any] = {}     # query results the analyses of one pass share
+            with contextlib.nullcontext() if rank is None else cache.only(rank):
+                for module in pass_modules:
+                    done += 1
+                    tell("analysing", module.SPEC.title if rank is None else f"rank {rank}: {module.SPEC.title}",
+                         (done - 1) / total, done=done, total=total)
+                    pass_ctx = dataclasses.replace(ctx, notes=[], cache=shared)
+                    try:
+                        found[module.SPEC.kind].extend(module.find(con, run_id, pass_ctx))
+                    except Exception as exc:  # one broken analysis must not hide the others' findings
+                        pass_ctx.notes.append(f"The {module.SPEC.kind} analysis failed on this run: {exc}")
+                    noted[module.SPEC.kind].extend(pass_ctx.notes)
+                if pass_modules is not across and ctx.has_gpu and not gap_errors:
+                    try:      # the idle time by cause, for run_costs
+                        gap_rows.extend(gap_causes(con, run_id, dataclasses.replace(ctx, cache=shared)))
+                    except duckdb.Error as exc:    # costs that cannot be split by cause: no "unexplained idle" figure
+                        gap_errors.append(str(exc))
+        findings = [f for kind in found for f in found[kind]]
+        for kind in noted:       # a note several rank passes made, once
+            ctx.notes.extend(dict.fromkeys(noted[kind]) if per_rank else noted[kind])
+        if gap_errors:
             gap_rows = []
-            ctx.notes.append(f"GPU idle time could not be split by cause on this run: {exc}")
+            ctx.notes.append(f"GPU idle time could not be split by cause on this run: {gap_errors[0]}")
         ctx.notes.extend(integrity_notes(con, run_id, ctx.thresholds))
     min_pct = ctx.thresholds["MIN_FINDING_PCT"]
     findings = group_across_ranks([f for f in findings if f.cost_pct >= min_pct])

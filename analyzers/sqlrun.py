@@ -10,6 +10,11 @@ Each file names what it builds on in a first line `-- requires: lib/steps.sql me
 (sql/ left out of the names); files
 load in that order (DuckDB binds a macro's body when it is created, so a macro must exist
 before one that calls it). Every statement is CREATE OR REPLACE, so loading again is harmless.
+
+run_cache computes the views an analysis run shares once, into TEMP tables: the per-rank ones rank
+by rank (TEMP views named events and ranks narrow the stored tables to one rank), the cross-rank
+ones (collectives matched by sequence, the straggler) after them from those; RunCache.only(rank)
+then lets an analysis see one rank, so no query holds more than one rank's events.
 """
 from __future__ import annotations
 
@@ -135,46 +140,132 @@ def ensure_loaded(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 
 # Per-run views that several analyses of one analyze_run read, in dependency order. Each is
 # computed ONCE per run into a TEMP table while `run_cache` is open (e.g. gpu_activity took
-# ~0.35 s per use on a 1 GB trace and was used by ~10 macros).
-CACHED_VIEWS = ("steps", "sync_calls", "dataloader_spans", "gpu_activity", "launches", "copies", "collectives",
-                "collective_instances", "rank_balance")
+# ~0.35 s per use on a 1 GB trace and was used by ~10 macros). RANK_VIEWS are filled rank by
+# rank (a rank's rows need only its own events, and a query over one rank costs what it costs on a
+# one-rank run, where the whole run's joins and sorts outgrow memory); RUN_FACTS (run-wide facts
+# those read) come before them and ACROSS_RANK_VIEWS (collectives matched across ranks, the
+# straggler) after them, both on the whole run.
+RUN_FACTS = ("profiler_step_names",)
+RANK_VIEWS = ("steps", "sync_calls", "dataloader_spans", "gpu_activity", "launches", "copies", "collectives",
+              "rank_breakdown", "rank_gpu_work")
+ACROSS_RANK_VIEWS = ("collective_instances", "rank_balance")
+CACHED_VIEWS = RUN_FACTS + RANK_VIEWS + ACROSS_RANK_VIEWS
 # The thresholds (analyzers/thresholds.py names) a cached view takes after the run id.
-_VIEW_THRESHOLDS = {"rank_balance": ("HOST_BLOCKED_MIN_NS",)}
+_VIEW_THRESHOLDS = {"rank_gpu_work": ("HOST_BLOCKED_MIN_NS",), "rank_balance": ("HOST_BLOCKED_MIN_NS",)}
+# Stored tables a rank pass narrows to one rank (macros read them by these names).
+_RANK_TABLES = ("events", "ranks")
+
+
+def _stored_table(con: duckdb.DuckDBPyConnection, table: str) -> str:
+    """The quoted full name of a stored table (main.events would resolve to a TEMP view of that name)."""
+    row = con.execute("SELECT database_name FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ? "
+                      "AND NOT temporary ORDER BY database_name <> current_database() LIMIT 1", [table]).fetchone()
+    database = row[0] if row else con.execute("SELECT current_database()").fetchone()[0]
+    return '"' + database.replace('"', '""') + f'".main.{table}'
+
+
+class RunCache:
+    """The cached views of one run on a connection (see run_cache); `only(rank)` narrows them."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int]):
+        self.con, self.run_id, self.ranks = con, run_id, ranks
+        self.made: list[str] = []
+        self._stored = {table: _stored_table(con, table) for table in _RANK_TABLES}
+
+    def _serve(self, view: str, rank: int | None) -> None:
+        """TEMP MACRO `view(run, ...)` reading its cached table (only `rank`'s rows unless None)."""
+        names = _VIEW_THRESHOLDS.get(view, ())
+        params = "".join(f", {name.lower()}" for name in names)   # the thresholds were applied when cached
+        narrow = "" if rank is None or view in RUN_FACTS else f" AND rank = {int(rank)}"
+        self.con.execute(f"CREATE OR REPLACE TEMP MACRO {view}(run{params}) AS TABLE SELECT * EXCLUDE (td_cache_run) "
+                         f"FROM temp.td_cache_{view} WHERE td_cache_run = run{narrow}")
+
+    def _scope(self, rank: int | None) -> None:
+        """Make events, ranks and the cached views read one rank's rows (rank None: the whole run)."""
+        for table, stored in self._stored.items():
+            if rank is None:
+                self.con.execute(f"DROP VIEW IF EXISTS temp.{table}")
+            else:
+                self.con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM {stored} WHERE rank = {int(rank)}")
+        for view in self.made:
+            self._serve(view, rank)
+
+    @contextlib.contextmanager
+    def only(self, rank: int):
+        """Within the block, queries see the run as if `rank` were its only rank; the cached
+        ACROSS_RANK_VIEWS keep their whole-run figures (their rows of that rank)."""
+        self._scope(rank)
+        try:
+            yield self.con
+        finally:
+            self._scope(None)
+
+    def _fill(self, view: str, thresholds: Mapping[str, float], first: bool) -> None:
+        names = _VIEW_THRESHOLDS.get(view, ())
+        into = f"CREATE OR REPLACE TEMP TABLE td_cache_{view} AS" if first else f"INSERT INTO temp.td_cache_{view} BY NAME"
+        # computed with the views cached before it (launches reads the cached gpu_activity)
+        self.con.execute(f"{into} SELECT ? AS td_cache_run, * FROM {view}(?{', ?' * len(names)})",
+                         [self.run_id, self.run_id, *(thresholds[name] for name in names)])
+        if view not in self.made:
+            self.made.append(view)
+
+    def fill(self, thresholds: Mapping[str, float], per_rank: bool) -> None:
+        rank_passes = self.ranks if per_rank and self.ranks else [None]
+        for view in RUN_FACTS:
+            self._fill(view, thresholds, first=True)
+            self._serve(view, None)
+        for index, rank in enumerate(rank_passes):
+            self._scope(rank)
+            for view in RANK_VIEWS:     # computed by the stored macro, not read from the table filled so far
+                self.con.execute(f"DROP MACRO TABLE IF EXISTS temp.{view}")
+            for view in RANK_VIEWS:
+                self._fill(view, thresholds, first=index == 0)
+                self._serve(view, rank)
+        self._scope(None)
+        for view in ACROSS_RANK_VIEWS:
+            self._fill(view, thresholds, first=True)
+            self._serve(view, None)
+
+    def drop(self) -> None:
+        stmts = [f"DROP VIEW IF EXISTS temp.{table}" for table in _RANK_TABLES]
+        for view in reversed(self.made):
+            stmts += [f"DROP MACRO TABLE IF EXISTS temp.{view}", f"DROP TABLE IF EXISTS temp.td_cache_{view}"]
+        for stmt in stmts:
+            try:
+                self.con.execute(stmt)
+            except duckdb.Error:
+                pass
+
+
+def run_ranks(con: duckdb.DuckDBPyConnection, run_id: str) -> list[int]:
+    """The run's ranks, in order: those loaded, and any its events name."""
+    return [row[0] for row in con.execute(
+        "SELECT rank FROM ranks WHERE run_id = $run UNION SELECT DISTINCT rank FROM events WHERE run_id = $run "
+        "ORDER BY rank", {"run": run_id}).fetchall()]
 
 
 @contextlib.contextmanager
-def run_cache(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: Mapping[str, float]):
+def run_cache(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: Mapping[str, float],
+              per_rank: bool = True):
     """Materialise CACHED_VIEWS for `run_id` on this connection for the duration of the block,
-    views that take thresholds computed with `thresholds` (the analysis run's).
+    views that take thresholds computed with `thresholds` (the analysis run's); yields a RunCache.
+    per_rank False computes RANK_VIEWS on the whole run at once (the same rows, slower and
+    larger on many ranks).
 
     Each view `v(run)` is computed into TEMP TABLE td_cache_v, and a TEMP MACRO `v(run)`
     reading it shadows the stored macro (DuckDB resolves unqualified names in the temp catalog
-    first, and binds macro bodies at use, so every macro calling `v(run)` reads the table).
-    While the block is open the connection serves these views for `run_id` only (other runs
+    first, and binds macro bodies at use, so every macro calling `v(run)` reads the table); a
+    rank pass (RunCache.only) shadows the tables events and ranks with TEMP VIEWs of one rank the
+    same way. While the block is open the connection serves these views for `run_id` only (other runs
     read as empty: the stored macro cannot be reached under its own name, DuckDB resolves
     `main.v` to the temp macro too), so query one run per block. Everything is dropped on exit.
     Temp objects are per connection (a cursor is its own connection): other users of the store
     are unaffected.
     """
     ensure_loaded(con)
-    made: list[str] = []
+    cache = RunCache(con, run_id, run_ranks(con, run_id))
     try:
-        for view in CACHED_VIEWS:
-            names = _VIEW_THRESHOLDS.get(view, ())
-            # computed with the views cached before it (launches reads the cached gpu_activity)
-            con.execute(f"CREATE OR REPLACE TEMP TABLE td_cache_{view} AS "
-                        f"SELECT ? AS td_cache_run, * FROM {view}(?{', ?' * len(names)})",
-                        [run_id, run_id, *(thresholds[name] for name in names)])
-            made.append(view)
-            # same parameters as the stored macro; the thresholds were applied above
-            params = "".join(f", {name.lower()}" for name in names)
-            con.execute(f"CREATE OR REPLACE TEMP MACRO {view}(run{params}) AS TABLE "
-                        f"SELECT * EXCLUDE (td_cache_run) FROM temp.td_cache_{view} WHERE td_cache_run = run")
-        yield con
+        cache.fill(thresholds, per_rank)
+        yield cache
     finally:
-        for view in reversed(made):
-            for stmt in (f"DROP MACRO TABLE IF EXISTS temp.{view}", f"DROP TABLE IF EXISTS temp.td_cache_{view}"):
-                try:
-                    con.execute(stmt)
-                except duckdb.Error:
-                    pass
+        cache.drop()

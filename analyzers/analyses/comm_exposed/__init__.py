@@ -32,6 +32,8 @@ SPEC = AnalysisSpec(
     measured_without_gpu=True,
 )
 KIND = SPEC.kind
+# compares ranks: runs once on the whole run, after the rank passes (findings.analyze_root_causes)
+ACROSS_RANKS = True
 
 
 def _local_world_size(con: duckdb.DuckDBPyConnection, run_id: str) -> int | None:

@@ -47,7 +47,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
     tiny = {r["rank"]: r for r in query(
         # per step: the runs inside the rank's steps (GPU clock)
         con, "SELECT rank, count(*) AS runs, sum(kernels) AS kernels, sum(idle_ns) AS idle_ns, "
-             "max(kernels) AS longest_run, mode(top_kernel) AS top_kernel "
+             "max(kernels) AS longest_run, mode(top_kernel ORDER BY start_ns, top_kernel) AS top_kernel "
              "FROM tiny_kernel_runs(?, ?, ?, ?) WHERE in_steps GROUP BY rank",
         [run_id, int(t["TINY_KERNEL_NS"]), int(t["TINY_RUN_MAX_GAP_NS"]), int(t["TINY_RUN_MIN_KERNELS"])])}
     syncs = {r["rank"]: r["n"] for r in query(

@@ -101,7 +101,8 @@ WITH kernels AS MATERIALIZED (
 ), runs_in_steps AS (
     SELECT DISTINCT rank, device, run_no FROM interval_clip('run_spans', 'windows')
 ), top AS (
-    SELECT m.rank, m.device, m.run_no, mode(n.name) AS top_kernel
+    -- equally frequent kernels: the first to run (mode alone picks by the order rows arrive in)
+    SELECT m.rank, m.device, m.run_no, mode(n.name ORDER BY n.start_ns, n.name) AS top_kernel
     FROM marked m
     SEMI JOIN runs r ON r.rank = m.rank AND r.device IS NOT DISTINCT FROM m.device AND r.run_no = m.run_no
     JOIN kernels n ON n.kernel_no = m.kernel_no

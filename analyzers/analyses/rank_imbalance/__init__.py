@@ -30,6 +30,8 @@ SPEC = AnalysisSpec(
     measured_without_gpu=True,
 )
 KIND = SPEC.kind
+# compares ranks: runs once on the whole run, after the rank passes (findings.analyze_root_causes)
+ACROSS_RANKS = True
 
 
 def context(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> Any:

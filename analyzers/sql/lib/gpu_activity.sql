@@ -26,7 +26,7 @@ WITH activity AS (
     FROM events
     WHERE run_id = run AND kind IN ('kernel', 'memcpy', 'memset') AND dur_ns IS NOT NULL
 ), step_names AS (
-    SELECT count(DISTINCT step) AS n_step_names FROM profiler_steps(run)
+    SELECT n_step_names FROM profiler_step_names(run)
 ), last_step_end AS (
     SELECT rank, max(end_ns) AS last_end_ns FROM profiler_steps(run) GROUP BY rank
 ), launched_in_steps AS (

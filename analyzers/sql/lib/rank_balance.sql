@@ -176,6 +176,47 @@ FROM _interval_sweep('comm_in_steps', 'own_work')
 WHERE in_a;
 
 
+-- rank_gpu_work(run, host_blocked_min_ns): rank_balance's GPU figures of each rank with counted GPU
+-- activity, from that rank's events alone (sqlrun.run_cache computes it rank by rank), in ns over
+-- the whole trace: span_ns, compute_ns, comm_ns, exposed_ns, held_ns (NULL where it has none).
+CREATE OR REPLACE MACRO rank_gpu_work(run, host_blocked_min_ns) AS TABLE
+WITH act AS MATERIALIZED (
+    SELECT rank AS grp, start_ns, end_ns, category FROM gpu_activity(run) WHERE counted
+), gpu_windows AS MATERIALIZED (
+    SELECT rank AS grp, start_ns, end_ns FROM gpu_steps(run)
+), act_in_steps AS MATERIALIZED (
+    SELECT grp, start_ns, end_ns, category FROM interval_clip('act', 'gpu_windows')
+), compute_act AS (
+    SELECT grp, start_ns, end_ns FROM act_in_steps WHERE category = 'compute'
+), comm_act AS (
+    SELECT grp, start_ns, end_ns FROM act_in_steps WHERE category = 'comm'
+), gpu_span AS (
+    SELECT grp AS rank, max(end_ns) - min(start_ns) AS span_ns FROM act GROUP BY grp
+), compute_union AS (
+    SELECT grp AS rank, union_ns AS compute_ns FROM interval_union_total('compute_act')
+), comm_union AS (
+    SELECT grp AS rank, union_ns AS comm_ns FROM interval_union_total('comm_act')
+), exposed_pieces AS MATERIALIZED (
+    SELECT grp, start_ns, end_ns, dur_ns FROM interval_subtract('comm_act', 'compute_act')
+), comm_exposed AS (
+    SELECT grp AS rank, sum(dur_ns) AS exposed_ns FROM exposed_pieces GROUP BY grp
+), host_blocked AS (
+    -- the host stuck in CUDA calls (syncs, blocking copies, launches on a full queue): while the
+    -- GPU waits in a collective, this is the host being held up by it. Shorter calls are
+    -- ordinary launch overhead (thresholds.HOST_BLOCKED_MIN_NS), not waiting.
+    SELECT rank AS grp, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
+    FROM events WHERE run_id = run AND kind IN ('runtime', 'driver') AND dur_ns >= host_blocked_min_ns
+), comm_held AS (
+    SELECT grp AS rank, sum(dur_ns) AS held_ns FROM interval_intersect('exposed_pieces', 'host_blocked') GROUP BY grp
+)
+SELECT gs.rank, gs.span_ns, cu.compute_ns, mu.comm_ns, ce.exposed_ns, ch.held_ns
+FROM gpu_span gs
+LEFT JOIN compute_union cu ON cu.rank = gs.rank
+LEFT JOIN comm_union mu ON mu.rank = gs.rank
+LEFT JOIN comm_exposed ce ON ce.rank = gs.rank
+LEFT JOIN comm_held ch ON ch.rank = gs.rank;
+
+
 -- rank_balance(run): one row per rank that has work to compare (GPU activity, or CPU steps).
 -- GPU figures use HTA's definitions and its ProfilerStep rule (gpu_activity.counted), like
 -- metrics/rank_breakdown.sql's rank_breakdown; computed here from one pass over the activity because this is
@@ -206,34 +247,8 @@ WHERE in_a;
 --                         work (a slow data loader, Python) is hidden behind that work, and balancing
 --                         the ranks alone would not win it back.
 CREATE OR REPLACE MACRO rank_balance(run, host_blocked_min_ns) AS TABLE
-WITH act AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns, category FROM gpu_activity(run) WHERE counted
-), gpu_windows AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns FROM gpu_steps(run)
-), act_in_steps AS MATERIALIZED (
-    SELECT grp, start_ns, end_ns, category FROM interval_clip('act', 'gpu_windows')
-), compute_act AS (
-    SELECT grp, start_ns, end_ns FROM act_in_steps WHERE category = 'compute'
-), comm_act AS (
-    SELECT grp, start_ns, end_ns FROM act_in_steps WHERE category = 'comm'
-), gpu_span AS (
-    SELECT grp AS rank, max(end_ns) - min(start_ns) AS span_ns FROM act GROUP BY grp
-), compute_union AS (
-    SELECT grp AS rank, union_ns AS compute_ns FROM interval_union_total('compute_act')
-), comm_union AS (
-    SELECT grp AS rank, union_ns AS comm_ns FROM interval_union_total('comm_act')
-), exposed_pieces AS MATERIALIZED (
-    SELECT grp, start_ns, end_ns, dur_ns FROM interval_subtract('comm_act', 'compute_act')
-), comm_exposed AS (
-    SELECT grp AS rank, sum(dur_ns) AS exposed_ns FROM exposed_pieces GROUP BY grp
-), host_blocked AS (
-    -- the host stuck in CUDA calls (syncs, blocking copies, launches on a full queue): while the
-    -- GPU waits in a collective, this is the host being held up by it. Shorter calls are
-    -- ordinary launch overhead (thresholds.HOST_BLOCKED_MIN_NS), not waiting.
-    SELECT rank AS grp, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
-    FROM events WHERE run_id = run AND kind IN ('runtime', 'driver') AND dur_ns >= host_blocked_min_ns
-), comm_held AS (
-    SELECT grp AS rank, sum(dur_ns) AS held_ns FROM interval_intersect('exposed_pieces', 'host_blocked') GROUP BY grp
+WITH gw AS (
+    SELECT * FROM rank_gpu_work(run, host_blocked_min_ns)
 ), ci AS MATERIALIZED (
     SELECT * FROM collective_instances(run)
 ), step_windows AS MATERIALIZED (
@@ -258,15 +273,15 @@ WITH act AS MATERIALIZED (
     SELECT r.rank,
            coalesce(st.n_steps, 0) AS n_steps,
            greatest(coalesce(st.n_steps, 0), 1) AS steps_divisor,
-           coalesce(st.mean_step_ns, gs.span_ns) AS mean_step_ns,
-           gs.rank IS NOT NULL AS has_gpu,
-           CASE WHEN has_gpu THEN coalesce(cu.compute_ns, 0)
+           coalesce(st.mean_step_ns, gw.span_ns) AS mean_step_ns,
+           gw.rank IS NOT NULL AS has_gpu,
+           CASE WHEN has_gpu THEN coalesce(gw.compute_ns, 0)
                 ELSE greatest(st.step_ns - coalesce(cc.blocked_ns, 0), 0) END / steps_divisor AS work_ns_per_step,
-           CASE WHEN has_gpu THEN coalesce(mu.comm_ns, 0)
+           CASE WHEN has_gpu THEN coalesce(gw.comm_ns, 0)
                 ELSE coalesce(cc.coll_ns, 0) END / steps_divisor AS comm_ns_per_step,
-           CASE WHEN has_gpu THEN coalesce(ce.exposed_ns, 0)
+           CASE WHEN has_gpu THEN coalesce(gw.exposed_ns, 0)
                 ELSE coalesce(cc.blocked_ns, 0) END / steps_divisor AS exposed_ns_per_step,
-           CASE WHEN has_gpu THEN coalesce(ch.held_ns, 0)
+           CASE WHEN has_gpu THEN coalesce(gw.held_ns, 0)
                 ELSE coalesce(cc.blocked_ns, 0) END / steps_divisor AS held_ns_per_step,
            coalesce(i.wait_ns, 0) / steps_divisor AS wait_ns_per_step,
            coalesce(i.matched_instances, 0) AS matched_instances,
@@ -274,14 +289,10 @@ WITH act AS MATERIALIZED (
            coalesce(i.p2p_instances, 0) AS p2p_instances
     FROM ranks r
     LEFT JOIN step_stats st ON st.rank = r.rank
-    LEFT JOIN gpu_span gs ON gs.rank = r.rank
-    LEFT JOIN compute_union cu ON cu.rank = r.rank
-    LEFT JOIN comm_union mu ON mu.rank = r.rank
-    LEFT JOIN comm_exposed ce ON ce.rank = r.rank
-    LEFT JOIN comm_held ch ON ch.rank = r.rank
+    LEFT JOIN gw ON gw.rank = r.rank
     LEFT JOIN inst i ON i.rank = r.rank
     LEFT JOIN cpu_coll cc ON cc.rank = r.rank
-    WHERE r.run_id = run AND (gs.rank IS NOT NULL OR st.step_ns IS NOT NULL)
+    WHERE r.run_id = run AND (gw.rank IS NOT NULL OR st.step_ns IS NOT NULL)
 ), ranked AS (
     SELECT *,
            row_number() OVER (ORDER BY

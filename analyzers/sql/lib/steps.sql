@@ -21,6 +21,12 @@ WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation')
 GROUP BY run_id, rank, step;
 
 
+
+-- profiler_step_names(run): how many distinct ProfilerStep#N numbers the whole run has (one row),
+-- the run-wide fact gpu_activity's HTA step rule reads (sqlrun.run_cache keeps it for rank passes).
+CREATE OR REPLACE MACRO profiler_step_names(run) AS TABLE
+SELECT count(DISTINCT step) AS n_step_names FROM profiler_steps(run);
+
 -- inferred_steps(run): training iterations of the ranks WITHOUT ProfilerStep ranges (a profile
 -- taken without a schedule, torch.autograd.profiler captures, inference), found where the rank's
 -- host activity repeats. The marker that repeats, first choice first:
