@@ -99,6 +99,12 @@ def job(tmp_path_factory) -> dict:
     try:
         while not context.join(timeout=1):
             assert time.monotonic() < deadline, "the gloo ranks hung"
+    except mp.ProcessExitedException:
+        # a rank that wrote its timings had finished every workload: torch's gloo teardown in the
+        # child aborts now and then ("terminate called without an active exception" after
+        # destroy_process_group); the traces and timings it left are whole
+        if not all((out / f"timings-rank-{r}.json").exists() for r in range(WORLD_SIZE)):
+            raise
     finally:
         for process in context.processes:
             if process.is_alive():
