@@ -49,6 +49,9 @@ def _rank_entry(rank: int, world_size: int, port: int, job_name: str, out: str, 
         Path(out, f"rank-{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
+    from accel.demos.dist_common import leave_rank_process
+
+    leave_rank_process()
 
 
 def _mlp(width: int = 64, layers: int = 4) -> torch.nn.Module:

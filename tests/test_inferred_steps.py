@@ -256,6 +256,9 @@ def _gloo_rank(rank: int, world_size: int, port: int, out_dir: str, slow_rank: i
     step_ms = _profiled_loop(Path(out_dir) / f"rank{rank}.json", batches, step)
     (Path(out_dir) / f"rank{rank}.ms").write_text(str(step_ms))
     dist.destroy_process_group()
+    from accel.demos.dist_common import leave_rank_process
+
+    leave_rank_process()
 
 
 def _gloo_job(out_dir: Path, slow_rank: int | None):

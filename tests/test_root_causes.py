@@ -98,6 +98,9 @@ def _gloo_rank(rank: int, world_size: int, port: int, out_dir: str, slow_rank: i
             dist.all_reduce(grad)
             prof.step()
     dist.destroy_process_group()
+    from accel.demos.dist_common import leave_rank_process
+
+    leave_rank_process()
 
 
 def _run_job(out_dir: Path, slow_rank: int | None) -> tuple[str, object]:

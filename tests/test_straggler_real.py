@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from accel.demos.dist_common import free_port
+from accel.demos.dist_common import free_port, leave_rank_process
 from analysis_support import ingest_clean
 from analyzers.analyses import rank_imbalance
 from analyzers.findings import build_context
@@ -87,6 +87,7 @@ def _rank_main(rank: int, port: int, out: str) -> None:
         Path(out, f"timings-rank-{rank}.json").write_text(json.dumps(timings))
     finally:
         dist.destroy_process_group()
+    leave_rank_process()
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -115,6 +116,16 @@ def _rank_main(rank: int, world_size: int, port: int, module_name: str, variants
                 del workload
     finally:
         dist.destroy_process_group()
+    leave_rank_process()
+
+
+def leave_rank_process() -> None:
+    """End a spawned rank that finished its work (outputs written, process group destroyed) without
+    the interpreter's finalization, where torch's gloo threads now and then abort the process
+    ("terminate called without an active exception", SIGABRT) after everything was written."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _clear_rank_outputs(out_dir: Path, variants: list[str]) -> None:
