@@ -1,6 +1,10 @@
 """Helpers shared by the analysis tests: load trace files into a throwaway store, ready to query."""
 from __future__ import annotations
 
+import gzip
+import json
+from pathlib import Path
+
 from analyzers.findings import build_context
 from analyzers.ingest import ingest_paths
 from analyzers.sqlrun import ensure_loaded
@@ -36,3 +40,24 @@ def hand_written_store(rows, run_id="syn", name=None, file_name=None):
     con.executemany(f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join('?' * len(EVENT_COLUMNS))})",
                     [[r.get(c) for c in EVENT_COLUMNS] for r in rows])
     return con
+
+
+def split_trace_by_variant(trace_file: Path, out_dir: Path, variants: tuple[str, ...], mark: str) -> None:
+    """Write out_dir/<variant>/<trace_file's name> for a gzipped trace whose steps alternate
+    between variants, each step tagged by a record_function named `mark` + variant: the trace with
+    only the events inside that variant's ProfilerSteps (plus the metadata events every trace keeps)."""
+    trace = json.loads(gzip.decompress(trace_file.read_bytes()))
+    events = trace["traceEvents"]
+    steps = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    marks = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith(mark)]
+    windows: dict[str, list[tuple[float, float]]] = {variant: [] for variant in variants}
+    for s in steps:
+        inside = {m["name"][len(mark):] for m in marks if s["ts"] <= m["ts"] <= s["ts"] + s["dur"]}
+        assert len(inside) == 1, (s["name"], inside)
+        windows[inside.pop()].append((s["ts"], s["ts"] + s["dur"]))
+    for variant, spans in windows.items():
+        kept = [e for e in events if e.get("ph") == "M"
+                or ("ts" in e and any(a <= e["ts"] <= b for a, b in spans))]
+        target = out_dir / variant / trace_file.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(gzip.compress(json.dumps({**trace, "traceEvents": kept}).encode()))

@@ -18,11 +18,8 @@ disturbed pass cannot, while a wrong measure still fails every pass.
 from __future__ import annotations
 
 import contextlib
-import gzip
-import json
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +27,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from accel.demos.dist_common import RankWorkload, run_ranks  # noqa: E402
+from analysis_support import split_trace_by_variant  # noqa: E402
 from analyzers.api import analyze_paths  # noqa: E402
 
 WORLD_SIZE = 2
@@ -76,26 +74,6 @@ def build(rank: int, world_size: int, pass_name: str, config: dict[str, Any]) ->
     return RankWorkload(step=step, checks=lambda: {"step_ms": step_ms})
 
 
-def split_by_variant(trace_file: Path, out_dir: Path) -> None:
-    """Write out_dir/<variant>/<trace_file's name>: the trace with only the events inside that
-    variant's ProfilerSteps (plus the metadata events every trace keeps)."""
-    trace = json.loads(gzip.decompress(trace_file.read_bytes()))
-    events = trace["traceEvents"]
-    steps = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
-    marks = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith(VARIANT_MARK)]
-    windows = {variant: [] for variant in VARIANTS}
-    for s in steps:
-        inside = {m["name"][len(VARIANT_MARK):] for m in marks if s["ts"] <= m["ts"] <= s["ts"] + s["dur"]}
-        assert len(inside) == 1, (s["name"], inside)
-        windows[inside.pop()].append((s["ts"], s["ts"] + s["dur"]))
-    for variant, spans in windows.items():
-        kept = [e for e in events if e.get("ph") == "M"
-                or ("ts" in e and e.get("ph") != "M" and any(a <= e["ts"] <= b for a, b in spans))]
-        target = out_dir / variant / trace_file.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(gzip.compress(json.dumps({**trace, "traceEvents": kept}).encode()))
-
-
 def mean_step_ms(step_ms_per_rank: list[list[list[Any]]], variant: str) -> float:
     """Mean wall-clock time of the profiled steps of `variant`, on the slowest rank (the mean, as
     the analysis costs per step by the mean)."""
@@ -115,7 +93,7 @@ def passes(tmp_path_factory) -> list[dict[str, Any]]:
     measured = []
     for name in names:
         for trace_file in sorted(results[name].trace_dir.glob("rank-*.json.gz")):
-            split_by_variant(trace_file, out / f"{name}-split")
+            split_trace_by_variant(trace_file, out / f"{name}-split", VARIANTS, VARIANT_MARK)
         step_ms = [checks["step_ms"] for checks in results[name].checks_per_rank]
         measured.append({variant: {"step_ms": mean_step_ms(step_ms, variant),
                                    "found": comm_findings(analyze_paths([str(out / f"{name}-split" / variant)]))}

@@ -19,8 +19,6 @@ is a ProfilerStep#N range.
 """
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 import time
 from pathlib import Path
@@ -31,6 +29,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from accel.demos.dist_common import RankWorkload, run_ranks  # noqa: E402
+from analysis_support import split_trace_by_variant  # noqa: E402
 from analyzers.analyses import rank_imbalance  # noqa: E402
 from analyzers.findings import build_context  # noqa: E402
 from analyzers.ingest import ingest_paths  # noqa: E402
@@ -114,26 +113,6 @@ def build(rank: int, world_size: int, pass_name: str, config: dict[str, Any]) ->
     return RankWorkload(step=step, checks=lambda: {"steps": steps})
 
 
-def split_by_variant(trace_file: Path, out_dir: Path) -> None:
-    """Write out_dir/<variant>/<trace_file's name>: the trace with only the events inside that
-    variant's ProfilerSteps (plus the metadata events every trace keeps)."""
-    trace = json.loads(gzip.decompress(trace_file.read_bytes()))
-    events = trace["traceEvents"]
-    steps = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
-    marks = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith(VARIANT_MARK)]
-    windows: dict[str, list[tuple[float, float]]] = {variant: [] for variant in VARIANTS}
-    for s in steps:
-        inside = {m["name"][len(VARIANT_MARK):] for m in marks if s["ts"] <= m["ts"] <= s["ts"] + s["dur"]}
-        assert len(inside) == 1, (s["name"], inside)
-        windows[inside.pop()].append((s["ts"], s["ts"] + s["dur"]))
-    for variant, spans in windows.items():
-        kept = [e for e in events if e.get("ph") == "M"
-                or ("ts" in e and any(a <= e["ts"] <= b for a, b in spans))]
-        target = out_dir / variant / trace_file.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(gzip.compress(json.dumps({**trace, "traceEvents": kept}).encode()))
-
-
 def mean_step_ms(steps_per_rank: list[list[list[Any]]], variant: str) -> float:
     """Mean wall-clock time of the profiled steps of `variant`, on the slowest rank (the mean, as
     the analysis costs per step by the mean)."""
@@ -158,7 +137,7 @@ def passes(tmp_path_factory) -> list[dict[str, Any]]:
     measured = []
     for name in names:
         for trace_file in sorted(results[name].trace_dir.glob("rank-*.json.gz")):
-            split_by_variant(trace_file, out / f"{name}-split")
+            split_trace_by_variant(trace_file, out / f"{name}-split", VARIANTS, VARIANT_MARK)
         steps = [checks["steps"] for checks in results[name].checks_per_rank]
         tokens = [[t for v, _, t in rank_steps[-PROFILED_STEPS:] if v == "uneven"] for rank_steps in steps]
         measured.append({"tokens_uneven": [statistics.mean(t) for t in tokens],
