@@ -22,24 +22,30 @@ class AnalysisOutcome:
 
 
 def ingest_and_analyze(con: duckdb.DuckDBPyConnection, paths: Iterable[str | os.PathLike],
-                       name: str | None = None, progress: ProgressCallback | None = None) -> AnalysisOutcome:
-    """Ingest the files as one run (or reuse the identical stored run), analyse it, build its report."""
+                       name: str | None = None, progress: ProgressCallback | None = None,
+                       events_root: str | None = None, runner=None) -> AnalysisOutcome:
+    """Ingest the files as one run (or reuse the identical stored run), analyse it, build its report.
+    events_root: keep its events as Parquet partitions there; runner: an analyzers.cluster executor
+    for the per-rank ingest and analyses (default: this process)."""
     from analyzers.ingest import ingest_paths
 
-    result = ingest_paths(con, [str(p) for p in paths], name=name, progress=progress)
+    result = ingest_paths(con, [str(p) for p in paths], name=name, progress=progress, events_root=events_root,
+                          runner=runner)
     if result.run_id is None:
         return AnalysisOutcome(ingest=result, report=None, errors=list(result.errors))
-    report = analyze_stored_run(con, result.run_id, errors=result.errors + result.warnings, progress=progress)
+    report = analyze_stored_run(con, result.run_id, errors=result.errors + result.warnings, progress=progress,
+                                runner=runner)
     return AnalysisOutcome(ingest=result, report=report, errors=list(result.errors))
 
 
 def analyze_stored_run(con: duckdb.DuckDBPyConnection, run_id: str,
-                       errors: Iterable[FileError] = (), progress: ProgressCallback | None = None) -> dict[str, Any]:
+                       errors: Iterable[FileError] = (), progress: ProgressCallback | None = None,
+                       runner=None) -> dict[str, Any]:
     """Re-run every analysis on a stored run (refreshing its findings) and return its report."""
     from analyzers.findings import analyze_run
     from analyzers.report import build_report
 
-    analyze_run(con, run_id, progress=progress)
+    analyze_run(con, run_id, progress=progress, runner=runner)
     return build_report(con, run_id, errors=tuple(errors))
 
 

@@ -44,6 +44,16 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
                         help="DuckDB store (default: $TRACEDOCTOR_DB or ~/.local/share/tracedoctor/tracedoctor.duckdb)")
 
 
+def _add_scale(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--events-dir", metavar="URL",
+                        help="keep the run's events as Parquet files, one per rank, in this folder or fsspec URL "
+                             "(memory://..., s3://...) instead of inside the store (default: "
+                             "$TRACEDOCTOR_EVENTS_DIR; with --cluster, a folder beside the store)")
+    parser.add_argument("--cluster", metavar="ADDRESS",
+                        help="parse and analyse each rank as a task on a Dask cluster: local:N starts N worker "
+                             "processes here, else a scheduler address (tcp://host:8786); needs dask[distributed]")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from analyzers.runs import TRASH_RETENTION_DAYS
     from analyzers.thresholds import MIN_FINDING_PCT
@@ -56,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "jobs: one run per job); prints the run id(s)")
     p.add_argument("paths", nargs="+", metavar="PATH", help=".json, .json.gz, .zip, .tar.gz or a directory")
     p.add_argument("--name", help="run name (default: the first path's base name)")
+    _add_scale(p)
     _add_quiet(p)
     _add_db(p)
 
@@ -87,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"exit 1 when a finding of KIND (or 'any') costs >= PCT %% of step time (default 0); "
                         f"repeatable. Findings are reported from {MIN_FINDING_PCT:g}%% of step time, so a PCT "
                         f"below {MIN_FINDING_PCT:g} acts as {MIN_FINDING_PCT:g}")
+    _add_scale(p)
     _add_quiet(p)
     _add_db(p)
 
@@ -254,13 +266,54 @@ def _progress(args):
             progress.done()
 
 
+def _events_root(args) -> str | None:
+    """Where the run's events go as Parquet partitions (partitions.root_for); None: inside the store."""
+    from analyzers.partitions import root_for
+    from analyzers.store import default_db_path
+
+    return root_for(getattr(args, "events_dir", None), getattr(args, "cluster", None), args.db or default_db_path())
+
+
+@contextlib.contextmanager
+def _runner(args):
+    """The executor --cluster names (None without it); usage problems raise _UsageError."""
+    address = getattr(args, "cluster", None)
+    if address is None:
+        yield None
+        return
+    from analyzers.cluster import check_address, executor
+
+    problem = check_address(address)
+    if problem:
+        raise _UsageError(problem)
+    try:
+        import distributed  # noqa: F401  (only to say plainly that it is missing)
+    except ImportError:
+        raise _UsageError("--cluster needs Dask: pip install 'dask[distributed]'") from None
+    try:
+        opened = executor(address)
+        runner = opened.__enter__()
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise _UsageError(f"--cluster {address}: could not reach or start the cluster ({exc})") from None
+    try:
+        _say(f"note: per-rank tasks run on {runner.description}")
+        yield runner
+    finally:
+        opened.__exit__(None, None, None)
+
+
+class _UsageError(Exception):
+    """An option that cannot be honoured (an unreachable cluster, Dask missing): said, exit 2."""
+
+
 def _cmd_ingest(con, args) -> int:
     from analyzers.ingest import ingest_jobs
 
     if _blank_paths(args.paths) or _bad_name(args.name) or not _writable(con, "ingest"):
         return EXIT_NOTHING_LOADED
-    with _progress(args) as progress:
-        results = ingest_jobs(con, args.paths, name=args.name, progress=progress)
+    with _progress(args) as progress, _runner(args) as runner:
+        results = ingest_jobs(con, args.paths, name=args.name, progress=progress, events_root=_events_root(args),
+                              runner=runner)
     for result in results:
         _print_problems(result.errors)
         _print_problems(result.warnings, "warning")
@@ -389,7 +442,7 @@ def _cmd_restore(con, args) -> int:
     return EXIT_OK
 
 
-def _stored_report(con, run_id: str) -> dict[str, Any] | None:
+def _stored_report(con, run_id: str, args=None) -> dict[str, Any] | None:
     """A stored run's report: re-analysed where the store is writable; on a read-only store the
     findings already stored, when this version wrote them (else None, after saying why)."""
     from analyzers.api import analyze_stored_run
@@ -400,7 +453,14 @@ def _stored_report(con, run_id: str) -> dict[str, Any] | None:
     reason = read_only_reason(con)
     if reason is None:
         _purge_expired_trash(con)
-        return analyze_stored_run(con, run_id)
+        from analyzers.partitions import locations
+
+        if args is not None and args.cluster is not None and not locations(con, run_id):
+            _say(f"note: run {run_id} keeps its events inside the store, where tasks cannot read them: "
+                 "it is analysed in this process (ingest with --events-dir to run it as tasks)")
+            return analyze_stored_run(con, run_id)
+        with _runner(args) as runner:
+            return analyze_stored_run(con, run_id, runner=runner)
     if analysis_is_current(con, run_id):
         return build_report(con, run_id)
     _say(f"error: run {run_id} has not been analysed by this version, and {reason}; analyze it once where "
@@ -424,7 +484,7 @@ def _cmd_analyze(con, args) -> int:
     maybe_id = args.paths[0] if len(args.paths) == 1 and not Path(args.paths[0]).exists() else None
     stored = resolve_run_id(con, maybe_id) if maybe_id is not None else None
     if stored is not None:
-        report = _stored_report(con, stored)
+        report = _stored_report(con, stored, args)
         if report is None:
             return EXIT_NOTHING_LOADED
     else:
@@ -434,8 +494,9 @@ def _cmd_analyze(con, args) -> int:
             return EXIT_NOTHING_LOADED
         if not _writable(con, "analyze of trace files (they are ingested first)"):
             return EXIT_NOTHING_LOADED
-        with _progress(args) as progress:
-            outcome = ingest_and_analyze(con, args.paths, name=args.name, progress=progress)
+        with _progress(args) as progress, _runner(args) as runner:
+            outcome = ingest_and_analyze(con, args.paths, name=args.name, progress=progress,
+                                         events_root=_events_root(args), runner=runner)
         _print_problems(outcome.errors)
         from analyzers.ingest.jobs import is_mixed_jobs_refusal
 
@@ -577,7 +638,7 @@ def _run_command(args) -> int:
         return EXIT_NOTHING_LOADED
     try:
         return COMMANDS[args.command](con, args)
-    except _OutputError as exc:
+    except (_OutputError, _UsageError) as exc:
         _say(f"error: {exc}")
         return EXIT_NOTHING_LOADED
     except BrokenPipeError:

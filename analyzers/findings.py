@@ -33,6 +33,7 @@ from analyzers.progress import Progress, teller
 from analyzers.root_causes import (RunCosts, group_across_ranks, link_consequences, order_findings, run_costs,
                                    unmet_needs)
 from analyzers.safe_text import SUMMARY_LIMIT, clip
+from analyzers import partitions
 from analyzers.sqlrun import ensure_loaded, run_cache, run_ranks
 
 
@@ -387,58 +388,114 @@ def run_analyses(con: duckdb.DuckDBPyConnection, run_id: str,
 def analyze_root_causes(con: duckdb.DuckDBPyConnection, run_id: str,
                         thresholds: Mapping[str, Any] | None = None,
                         progress: Progress | None = None,
-                        per_rank: bool = True) -> tuple[list[Finding], list[str], RunCosts]:
+                        per_rank: bool = True, runner=None) -> tuple[list[Finding], list[str], RunCosts]:
     """Every analysis on the run, its per-rank findings grouped into one finding per cause
     (analyzers.root_causes), consequences linked to their cause: (findings, notes, RunCosts).
     progress: told "analysing" before each stage (the shared views, each rank's analyses, each
     analysis across ranks) and "analysed" at the end.
     per_rank: the analyses that look at one rank at a time (all but ACROSS_RANKS ones) run rank
     by rank on that rank's events (sqlrun.RunCache.only), so their cost and memory stay those of
-    a one-rank run; False runs them once on the whole run (the same findings)."""
+    a one-rank run; False runs them once on the whole run (the same findings).
+    runner: an analyzers.cluster executor; for a run kept as Parquet partitions, each rank's views
+    and analyses are then its tasks (analyzers/rank_tasks.py), the cross-rank ones run here."""
     tell = teller(progress)
     ensure_loaded(con)
     resolved = th.resolve(thresholds)
     modules = analysis_modules()
     across = [m for m in modules if getattr(m, "ACROSS_RANKS", False)] if per_rank else []
-    # (rank, its analyses): a pass per rank with all but the ACROSS_RANKS analyses, then those on the
-    # whole run (rank None); per_rank False: one whole-run pass with every analysis
-    passes = [(rank, [m for m in modules if m not in across]) for rank in run_ranks(con, run_id)] if per_rank else []
-    passes += [(None, across if per_rank else modules)]
-    total = 1 + sum(len(pass_modules) for _, pass_modules in passes)
-    tell("analysing", "shared per-run views", 0.0, done=1, total=total)
-    with run_cache(con, run_id, resolved, per_rank=per_rank) as cache:   # the shared views, computed once
-        ctx = build_context(con, run_id, resolved)
-        # each analysis' findings and notes, in analysis order, each rank's after the previous rank's
-        found: dict[str, list[Finding]] = {m.SPEC.kind: [] for m in modules}
-        noted: dict[str, list[str]] = {m.SPEC.kind: [] for m in modules}
-        gap_rows: list[dict[str, Any]] = []
-        gap_errors: list[str] = []
-        done = 1
-        for rank, pass_modules in passes:
-            shared: dict[Any, Any] = {}     # query results the analyses of one pass share
-            with contextlib.nullcontext() if rank is None else cache.only(rank):
-                for module in pass_modules:
+    ranks = run_ranks(con, run_id)
+    if runner is not None and per_rank and ranks and partitions.locations(con, run_id):
+        from analyzers.rank_tasks import analyze_on_runner
+
+        ctx, results, integrity = analyze_on_runner(con, run_id, resolved, ranks, modules, across, runner, tell)
+    else:
+        # (rank, its analyses): a pass per rank with all but the ACROSS_RANKS analyses, then those on
+        # the whole run (rank None); per_rank False: one whole-run pass with every analysis
+        passes = [(rank, [m for m in modules if m not in across]) for rank in ranks] if per_rank else []
+        passes += [(None, across if per_rank else modules)]
+        total = 1 + sum(len(pass_modules) for _, pass_modules in passes)
+        tell("analysing", "shared per-run views", 0.0, done=1, total=total)
+        with run_cache(con, run_id, resolved, per_rank=per_rank) as cache:   # the shared views, computed once
+            ctx = build_context(con, run_id, resolved)
+            results = []
+            done = 1
+            for rank, pass_modules in passes:
+                def told(module, _rank=rank):
+                    nonlocal done
                     done += 1
-                    tell("analysing", module.SPEC.title if rank is None else f"rank {rank}: {module.SPEC.title}",
+                    tell("analysing", module.SPEC.title if _rank is None else f"rank {_rank}: {module.SPEC.title}",
                          (done - 1) / total, done=done, total=total)
-                    pass_ctx = dataclasses.replace(ctx, notes=[], cache=shared)
-                    try:
-                        found[module.SPEC.kind].extend(module.find(con, run_id, pass_ctx))
-                    except Exception as exc:  # one broken analysis must not hide the others' findings
-                        pass_ctx.notes.append(f"The {module.SPEC.kind} analysis failed on this run: {exc}")
-                    noted[module.SPEC.kind].extend(pass_ctx.notes)
-                if pass_modules is not across and ctx.has_gpu and not gap_errors:
-                    try:      # the idle time by cause, for run_costs
-                        gap_rows.extend(gap_causes(con, run_id, dataclasses.replace(ctx, cache=shared)))
-                    except duckdb.Error as exc:    # costs that cannot be split by cause: no "unexplained idle" figure
-                        gap_errors.append(str(exc))
-        findings = [f for kind in found for f in found[kind]]
-        for kind in noted:       # a note several rank passes made, once
-            ctx.notes.extend(dict.fromkeys(noted[kind]) if per_rank else noted[kind])
-        if gap_errors:
-            gap_rows = []
-            ctx.notes.append(f"GPU idle time could not be split by cause on this run: {gap_errors[0]}")
-        ctx.notes.extend(integrity_notes(con, run_id, ctx.thresholds))
+                with contextlib.nullcontext() if rank is None else cache.only(rank):
+                    # idle split by cause: none after a pass it failed on (the run then gets no split)
+                    with_gaps = pass_modules is not across and ctx.has_gpu and not any(r.gap_error for r in results)
+                    results.append(analysis_pass(con, run_id, ctx, pass_modules, with_gaps=with_gaps, told=told))
+            integrity = integrity_notes(con, run_id, ctx.thresholds)
+    found, notes = _merge_passes(modules, results, per_rank)
+    ctx.notes.extend(notes + integrity)
+    return _finish(ctx, found, results)
+
+
+@dataclass
+class PassResult:
+    """What one analysis pass (one rank's analyses, or those across ranks) found."""
+    found: dict[str, list[Finding]]     # by kind, in analysis order
+    noted: dict[str, list[str]]
+    gap_rows: list[dict[str, Any]] = field(default_factory=list)   # idle time by cause (gap_causes)
+    gap_error: str | None = None
+    seconds: float = 0.0
+    integrity_rows: dict[str, list[dict[str, Any]]] | None = None   # a rank task's integrity.RANK_CONDITIONS rows
+
+
+def analysis_pass(con: duckdb.DuckDBPyConnection, run_id: str, ctx: AnalysisContext, modules: list[Any],
+                  with_gaps: bool, told=None) -> PassResult:
+    """Run `modules` on what `con` shows of the run (one rank inside RunCache.only, on a cluster
+    worker, or the whole run); with_gaps: also split its GPU idle time by cause."""
+    import time
+
+    started = time.perf_counter()
+    shared: dict[Any, Any] = {}     # query results the analyses of one pass share
+    result = PassResult({m.SPEC.kind: [] for m in modules}, {m.SPEC.kind: [] for m in modules})
+    for module in modules:
+        if told:
+            told(module)
+        pass_ctx = dataclasses.replace(ctx, notes=[], cache=shared)
+        try:
+            result.found[module.SPEC.kind].extend(module.find(con, run_id, pass_ctx))
+        except Exception as exc:  # one broken analysis must not hide the others' findings
+            pass_ctx.notes.append(f"The {module.SPEC.kind} analysis failed on this run: {exc}")
+        result.noted[module.SPEC.kind].extend(pass_ctx.notes)
+    if with_gaps:
+        try:      # the idle time by cause, for run_costs
+            result.gap_rows = gap_causes(con, run_id, dataclasses.replace(ctx, cache=shared))
+        except duckdb.Error as exc:    # costs that cannot be split by cause: no "unexplained idle" figure
+            result.gap_error = str(exc)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _merge_passes(modules: list[Any], results: list[PassResult], per_rank: bool) -> tuple[list[Finding], list[str]]:
+    """(the passes' findings, each analysis' in pass order; their notes)."""
+    found: dict[str, list[Finding]] = {m.SPEC.kind: [] for m in modules}
+    noted: dict[str, list[str]] = {m.SPEC.kind: [] for m in modules}
+    for result in results:
+        for kind, rows in result.found.items():
+            found[kind].extend(rows)
+        for kind, rows in result.noted.items():
+            noted[kind].extend(rows)
+    notes: list[str] = []
+    for kind in noted:       # a note several rank passes made, once
+        notes.extend(dict.fromkeys(noted[kind]) if per_rank else noted[kind])
+    gap_errors = [r.gap_error for r in results if r.gap_error]
+    if gap_errors:
+        notes.append(f"GPU idle time could not be split by cause on this run: {gap_errors[0]}")
+    return [f for kind in found for f in found[kind]], notes
+
+
+def _finish(ctx: AnalysisContext, findings: list[Finding], results: list[PassResult]
+            ) -> tuple[list[Finding], list[str], RunCosts]:
+    """Root causes from the passes' findings: grouped across ranks, consequences linked, fixes
+    chosen and ordered, the run's costs."""
+    gap_rows = [] if any(r.gap_error for r in results) else [row for r in results for row in r.gap_rows]
     min_pct = ctx.thresholds["MIN_FINDING_PCT"]
     findings = group_across_ranks([f for f in findings if f.cost_pct >= min_pct])
     link_consequences(findings, ctx.thresholds["STRAGGLER_EXPLAINED_FRACTION"],
@@ -461,10 +518,11 @@ def analyze_root_causes(con: duckdb.DuckDBPyConnection, run_id: str,
 
 
 def analyze_run(con: duckdb.DuckDBPyConnection, run_id: str,
-                thresholds: Mapping[str, Any] | None = None, progress: Progress | None = None) -> list[Finding]:
+                thresholds: Mapping[str, Any] | None = None, progress: Progress | None = None,
+                runner=None) -> list[Finding]:
     """Run all analyses, replace the run's rows in `findings`, return findings by cost (desc);
-    progress: told each analysis stage (analyzers/progress.py)."""
-    findings, notes, costs = analyze_root_causes(con, run_id, thresholds, progress)
+    progress: told each analysis stage (analyzers/progress.py); runner: see analyze_root_causes."""
+    findings, notes, costs = analyze_root_causes(con, run_id, thresholds, progress, runner=runner)
     store_findings(con, run_id, findings, notes, costs)
     teller(progress)("analysed", "", 1.0, findings=len(findings))
     return findings

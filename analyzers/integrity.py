@@ -37,8 +37,7 @@ def _plural(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
-def graph_replay_note(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
-    rows = query(con, "SELECT * FROM graph_replays(?)", [run_id])
+def graph_replay_note(rows: list[dict[str, Any]]) -> str | None:
     if not rows:
         return None
     launches = sum(r["graph_launches"] for r in rows)
@@ -51,8 +50,7 @@ def graph_replay_note(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None
             "gaps, and a graph launch is not counted as a kernel launch in the launch statistics.")
 
 
-def graph_capture_note(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
-    rows = query(con, "SELECT * FROM graph_captures(?)", [run_id])
+def graph_capture_note(rows: list[dict[str, Any]]) -> str | None:
     if not rows:
         return None
     captures = sum(r["captures"] for r in rows)
@@ -98,8 +96,7 @@ def clock_skew_note(con: duckdb.DuckDBPyConnection, run_id: str, min_ns: float) 
             "collectives. Synchronise the hosts' clocks (NTP/PTP) and profile every rank over the same steps.")
 
 
-def repeated_steps_note(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
-    rows = query(con, "SELECT * FROM repeated_profiler_steps(?) ORDER BY rank", [run_id])
+def repeated_steps_note(rows: list[dict[str, Any]]) -> str | None:
     if not rows:
         return None
     worst = max(rows, key=lambda r: r["most"])
@@ -121,8 +118,7 @@ def missing_ranks_note(con: duckdb.DuckDBPyConnection, run_id: str) -> str | Non
             "them all.")
 
 
-def partial_step_notes(con: duckdb.DuckDBPyConnection, run_id: str, cut_max_fraction: float) -> list[str]:
-    rows = query(con, "SELECT * FROM partial_steps(?, ?) ORDER BY edge, rank", [run_id, cut_max_fraction])
+def partial_step_notes(rows: list[dict[str, Any]]) -> list[str]:
     begins = [r for r in rows if r["edge"] == "begins"]
     ends = [r for r in rows if r["edge"] == "ends"]
     notes = []
@@ -144,8 +140,7 @@ _LOG_WORDS = {"dropped": "dropped activity records", "buffer_full": "ran out of 
               "stopped_early": "stopped recording GPU activity early"}
 
 
-def dropped_events_note(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
-    rows = query(con, "SELECT * FROM kineto_log_warnings(?) ORDER BY rank, what", [run_id])
+def dropped_events_note(rows: list[dict[str, Any]]) -> str | None:
     if not rows:
         return None
     dropped = sum(r["dropped"] or 0 for r in rows)
@@ -157,14 +152,49 @@ def dropped_events_note(con: duckdb.DuckDBPyConnection, run_id: str) -> str | No
             "read them as upper bounds. Profile fewer steps at once so the profiler's buffers hold them.")
 
 
-def integrity_notes(con: duckdb.DuckDBPyConnection, run_id: str,
-                    thresholds: Mapping[str, Any] | None = None) -> list[str]:
-    """Plain-words notes on what in the run's traces makes figures unreliable, one per condition
-    present (see the module docstring); empty for a clean trace."""
+# The conditions found one rank at a time (their macros read only that rank's events and views), in
+# the order their notes list them: (query, its thresholds, the order of its rows). A cluster's rank
+# tasks find them (rank_condition_rows) and the driver merges their rows (merge_rank_conditions).
+# Collective naming, clock skew and missing ranks read the collectives and ranks of every rank.
+RANK_CONDITIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "graph_replays": ("SELECT * FROM graph_replays(?) ORDER BY rank", (), ("rank",)),
+    "graph_captures": ("SELECT * FROM graph_captures(?) ORDER BY rank", (), ("rank",)),
+    "repeated_profiler_steps": ("SELECT * FROM repeated_profiler_steps(?) ORDER BY rank", (), ("rank",)),
+    "partial_steps": ("SELECT * FROM partial_steps(?, ?) ORDER BY edge, rank", ("PARTIAL_STEP_MAX_FRACTION",),
+                      ("edge", "rank")),
+    "kineto_log_warnings": ("SELECT * FROM kineto_log_warnings(?) ORDER BY rank, what, line", (),
+                            ("rank", "what", "line")),
+}
+
+
+def rank_condition_rows(con: duckdb.DuckDBPyConnection, run_id: str,
+                        thresholds: Mapping[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The rows of every RANK_CONDITIONS query on what `con` shows of the run (a rank, or all)."""
     ensure_loaded(con)
     t = th.resolve(thresholds)
-    notes = [graph_replay_note(con, run_id), graph_capture_note(con, run_id), *comm_name_notes(con, run_id),
+    return {name: query(con, sql, [run_id, *(t[k] for k in names)])
+            for name, (sql, names, _) in RANK_CONDITIONS.items()}
+
+
+def merge_rank_conditions(parts: Sequence[Mapping[str, list[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
+    """Ranks' rank_condition_rows as the whole run's: concatenated, in each query's order."""
+    return {name: sorted((row for part in parts for row in part.get(name, [])),
+                         key=lambda row, keys=keys: tuple(row[k] for k in keys))
+            for name, (_, _, keys) in RANK_CONDITIONS.items()}
+
+
+def integrity_notes(con: duckdb.DuckDBPyConnection, run_id: str,
+                    thresholds: Mapping[str, Any] | None = None,
+                    rank_rows: Mapping[str, list[dict[str, Any]]] | None = None) -> list[str]:
+    """Plain-words notes on what in the run's traces makes figures unreliable, one per condition
+    present (see the module docstring); empty for a clean trace. rank_rows: the RANK_CONDITIONS
+    rows found rank by rank elsewhere (merge_rank_conditions); None: found here, on the whole run."""
+    ensure_loaded(con)
+    t = th.resolve(thresholds)
+    rows = rank_rows if rank_rows is not None else rank_condition_rows(con, run_id, t)
+    notes = [graph_replay_note(rows["graph_replays"]), graph_capture_note(rows["graph_captures"]),
+             *comm_name_notes(con, run_id),
              clock_skew_note(con, run_id, t["CLOCK_SKEW_MIN_NS"]), missing_ranks_note(con, run_id),
-             repeated_steps_note(con, run_id),
-             *partial_step_notes(con, run_id, t["PARTIAL_STEP_MAX_FRACTION"]), dropped_events_note(con, run_id)]
+             repeated_steps_note(rows["repeated_profiler_steps"]),
+             *partial_step_notes(rows["partial_steps"]), dropped_events_note(rows["kineto_log_warnings"])]
     return [n for n in notes if n]

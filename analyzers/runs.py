@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import duckdb
 
+from analyzers import partitions
 from analyzers.safe_text import is_utf8_text
 
 MARK_STATUSES = ("to_fix", "fixed", "wont_fix")
@@ -25,7 +26,7 @@ MARK_LABELS = {None: "not reviewed", "to_fix": "to fix", "fixed": "fixed", "wont
 TRASH_RETENTION_DAYS = 7.0
 
 # Tables holding per-run rows, deleted together in one transaction when a run is purged.
-_RUN_TABLES = ("finding_marks", "findings", "analysis_notes", "events", "ranks", "run_trash", "runs")
+_RUN_TABLES = ("finding_marks", "findings", "analysis_notes", "events", "event_partitions", "ranks", "run_trash", "runs")
 
 
 class RunNotFound(LookupError):
@@ -253,8 +254,10 @@ def list_trash(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 
 def _remove_run_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
-    for table in _RUN_TABLES:
-        con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])   # table names from the tuple above
+    from analyzers.sqlrun import stored_table
+
+    for table in _RUN_TABLES:   # stored tables by full name: `events` may be the view adding partitions
+        con.execute(f"DELETE FROM {stored_table(con, table)} WHERE run_id = ?", [run_id])
 
 
 def purge_run(con: duckdb.DuckDBPyConnection, run_id: str, actor: str | None = None) -> bool:
@@ -263,8 +266,10 @@ def purge_run(con: duckdb.DuckDBPyConnection, run_id: str, actor: str | None = N
     with _transaction(con):
         if not con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
             return False
+        files = partitions.locations(con, run_id)
         _remove_run_rows(con, run_id)
         record_audit(con, "purge", run_id, actor)
+    partitions.remove_run_files(con, files)     # once the catalogue no longer names them
     return True
 
 
@@ -275,7 +280,9 @@ def purge_trash(con: duckdb.DuckDBPyConnection, older_than_days: float = TRASH_R
     with _transaction(con):
         expired = [r[0] for r in con.execute(
             "SELECT run_id FROM run_trash WHERE deleted_at <= ? ORDER BY run_id", [cutoff]).fetchall()]
+        files = [f for run_id in expired for f in partitions.locations(con, run_id)]
         for run_id in expired:
             _remove_run_rows(con, run_id)
             record_audit(con, "purge", run_id, actor, f"in the trash for over {older_than_days:g} days")
+    partitions.remove_run_files(con, files)
     return len(expired)

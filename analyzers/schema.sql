@@ -58,6 +58,18 @@ CREATE TABLE IF NOT EXISTS events (
     args         JSON USING COMPRESSION 'zstd'
 );
 
+-- Where a run's events are when they are kept outside the store (analyzers/partitions.py): one
+-- Parquet file per rank, <root>/run_id=<id>/rank=<r>/events.parquet. A run without rows here has its
+-- events in the events table.
+CREATE TABLE IF NOT EXISTS event_partitions (
+    run_id    VARCHAR NOT NULL,
+    rank      INTEGER NOT NULL,
+    location  VARCHAR NOT NULL,   -- a local path or an fsspec URL (memory://, s3://, ...)
+    n_events  BIGINT,
+    n_bytes   BIGINT,             -- the file's size
+    PRIMARY KEY (run_id, rank)
+);
+
 -- Analyzer output, one row per finding (rewritten whenever a run is analysed).
 CREATE TABLE IF NOT EXISTS findings (
     run_id      VARCHAR NOT NULL,

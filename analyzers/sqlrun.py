@@ -26,7 +26,7 @@ import re
 import threading
 import weakref
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import duckdb
 
@@ -152,11 +152,9 @@ ACROSS_RANK_VIEWS = ("collective_instances", "rank_balance")
 CACHED_VIEWS = RUN_FACTS + RANK_VIEWS + ACROSS_RANK_VIEWS
 # The thresholds (analyzers/thresholds.py names) a cached view takes after the run id.
 _VIEW_THRESHOLDS = {"rank_gpu_work": ("HOST_BLOCKED_MIN_NS",), "rank_balance": ("HOST_BLOCKED_MIN_NS",)}
-# Stored tables a rank pass narrows to one rank (macros read them by these names).
-_RANK_TABLES = ("events", "ranks")
 
 
-def _stored_table(con: duckdb.DuckDBPyConnection, table: str) -> str:
+def stored_table(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """The quoted full name of a stored table (main.events would resolve to a TEMP view of that name)."""
     row = con.execute("SELECT database_name FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ? "
                       "AND NOT temporary ORDER BY database_name <> current_database() LIMIT 1", [table]).fetchone()
@@ -165,28 +163,46 @@ def _stored_table(con: duckdb.DuckDBPyConnection, table: str) -> str:
 
 
 class RunCache:
-    """The cached views of one run on a connection (see run_cache); `only(rank)` narrows them."""
+    """The cached views of one run on a connection (see run_cache); `only(rank)` narrows them.
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int]):
+    events_sql(rank): the SELECT of the run's events (of one rank), wherever they are kept
+    (partitions.run_events_sql by default)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
+                 events_sql: Callable[[int | None], str] | None = None):
+        from analyzers import partitions
+
         self.con, self.run_id, self.ranks = con, run_id, ranks
         self.made: list[str] = []
-        self._stored = {table: _stored_table(con, table) for table in _RANK_TABLES}
+        self._files: dict[str, tuple[list[str], dict[str, str]]] = {}   # served from Parquet (serve_files)
+        self._ranks_table = stored_table(con, "ranks")
+        self._events_sql = events_sql or (lambda rank: partitions.run_events_sql(con, run_id, rank))
+
+    def _source(self, view: str) -> str:
+        if view in self._files:
+            from analyzers.partitions import sql_text
+
+            files, types = self._files[view]
+            columns = ", ".join(f'CAST("{name}" AS {sql_type}) AS "{name}"' for name, sql_type in types.items())
+            return f"(SELECT {columns} FROM read_parquet([{', '.join(map(sql_text, files))}]))"
+        return f"temp.td_cache_{view}"
 
     def _serve(self, view: str, rank: int | None) -> None:
-        """TEMP MACRO `view(run, ...)` reading its cached table (only `rank`'s rows unless None)."""
+        """TEMP MACRO `view(run, ...)` reading its cached rows (only `rank`'s unless None)."""
         names = _VIEW_THRESHOLDS.get(view, ())
         params = "".join(f", {name.lower()}" for name in names)   # the thresholds were applied when cached
         narrow = "" if rank is None or view in RUN_FACTS else f" AND rank = {int(rank)}"
         self.con.execute(f"CREATE OR REPLACE TEMP MACRO {view}(run{params}) AS TABLE SELECT * EXCLUDE (td_cache_run) "
-                         f"FROM temp.td_cache_{view} WHERE td_cache_run = run{narrow}")
+                         f"FROM {self._source(view)} WHERE td_cache_run = run{narrow}")
 
     def _scope(self, rank: int | None) -> None:
         """Make events, ranks and the cached views read one rank's rows (rank None: the whole run)."""
-        for table, stored in self._stored.items():
-            if rank is None:
-                self.con.execute(f"DROP VIEW IF EXISTS temp.{table}")
-            else:
-                self.con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM {stored} WHERE rank = {int(rank)}")
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW events AS {self._events_sql(rank)}")
+        if rank is None:
+            self.con.execute("DROP VIEW IF EXISTS temp.ranks")
+        else:
+            self.con.execute(f"CREATE OR REPLACE TEMP VIEW ranks AS SELECT * FROM {self._ranks_table} "
+                             f"WHERE rank = {int(rank)}")
         for view in self.made:
             self._serve(view, rank)
 
@@ -209,11 +225,14 @@ class RunCache:
         if view not in self.made:
             self.made.append(view)
 
-    def fill(self, thresholds: Mapping[str, float], per_rank: bool) -> None:
-        rank_passes = self.ranks if per_rank and self.ranks else [None]
+    def fill_run_facts(self, thresholds: Mapping[str, float]) -> None:
+        self._scope(None)
         for view in RUN_FACTS:
             self._fill(view, thresholds, first=True)
             self._serve(view, None)
+
+    def fill_ranks(self, thresholds: Mapping[str, float], rank_passes: list[int | None]) -> None:
+        """RANK_VIEWS, a pass per rank (None: the whole run at once)."""
         for index, rank in enumerate(rank_passes):
             self._scope(rank)
             for view in RANK_VIEWS:     # computed by the stored macro, not read from the table filled so far
@@ -222,12 +241,68 @@ class RunCache:
                 self._fill(view, thresholds, first=index == 0)
                 self._serve(view, rank)
         self._scope(None)
+
+    def fill_across(self, thresholds: Mapping[str, float]) -> None:
+        self._scope(None)
         for view in ACROSS_RANK_VIEWS:
             self._fill(view, thresholds, first=True)
             self._serve(view, None)
 
+    def fill(self, thresholds: Mapping[str, float], per_rank: bool) -> None:
+        self.fill_run_facts(thresholds)
+        self.fill_ranks(thresholds, self.ranks if per_rank and self.ranks else [None])
+        self.fill_across(thresholds)
+
+    def serve_rows(self, view: str, rows: list[tuple], columns: list[str]) -> None:
+        """Serve `view` from rows computed elsewhere (a run fact the driver computed), td_cache_run
+        first; at least one row."""
+        if not rows:
+            raise ValueError(f"serve_rows({view!r}) needs at least one row")
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE td_cache_{view} AS SELECT * FROM (VALUES "
+                         f"{', '.join(['(' + ', '.join(['?'] * len(columns)) + ')'] * len(rows))}) "
+                         f"AS t({', '.join(columns)})", [v for row in rows for v in row])
+        self._files.pop(view, None)
+        if view not in self.made:
+            self.made.append(view)
+        self._serve(view, None)
+
+    def serve_files(self, view: str, files: list[str], types: dict[str, str]) -> None:
+        """Serve `view` from Parquet files of its cached rows (written by save, which gave `types`:
+        each column's type, restored on reading); at least one file."""
+        from analyzers import partitions
+
+        if not files:
+            raise ValueError(f"serve_files({view!r}) needs at least one file")
+        partitions.register(self.con, files)
+        self._files[view] = (list(files), dict(types))
+        if view not in self.made:
+            self.made.append(view)
+        self._serve(view, None)
+
+    def save(self, view: str, url: str) -> dict[str, str]:
+        """Write the cached rows of `view` to a Parquet file at `url` (for serve_files elsewhere);
+        returns each column's type. Parquet has no 128-bit integers: sums (HUGEINT) go as BIGINT,
+        exact for any duration a trace holds, and serve_files makes them HUGEINT again."""
+        from analyzers import partitions
+
+        types = {row[0]: row[1] for row in self.con.execute(f"DESCRIBE temp.td_cache_{view}").fetchall()}
+        columns = ", ".join(f'CAST("{name}" AS BIGINT) AS "{name}"' if sql_type in ("HUGEINT", "UHUGEINT")
+                            else f'"{name}"' for name, sql_type in types.items())
+        partitions.register(self.con, [url])
+        partitions.make_parent(url)
+        self.con.execute(f"COPY (SELECT {columns} FROM temp.td_cache_{view}) TO {partitions.sql_text(url)} "
+                         "(FORMAT parquet)")
+        return types
+
+    def rows(self, view: str) -> tuple[list[str], list[tuple]]:
+        """(columns, rows) of a cached view, td_cache_run first."""
+        result = self.con.execute(f"SELECT * FROM {self._source(view)}")
+        return [d[0] for d in result.description], result.fetchall()
+
     def drop(self) -> None:
-        stmts = [f"DROP VIEW IF EXISTS temp.{table}" for table in _RANK_TABLES]
+        from analyzers import partitions
+
+        stmts = ["DROP VIEW IF EXISTS temp.ranks"]
         for view in reversed(self.made):
             stmts += [f"DROP MACRO TABLE IF EXISTS temp.{view}", f"DROP TABLE IF EXISTS temp.td_cache_{view}"]
         for stmt in stmts:
@@ -235,6 +310,10 @@ class RunCache:
                 self.con.execute(stmt)
             except duckdb.Error:
                 pass
+        try:
+            partitions.attach(self.con)     # `events` as the connection had it: stored table + partitions
+        except duckdb.Error:
+            pass
 
 
 def run_ranks(con: duckdb.DuckDBPyConnection, run_id: str) -> list[int]:

@@ -95,7 +95,9 @@ def connect(db_path: str | os.PathLike | None = None, read_only: bool | None = F
         _retry_conflicts(lambda: _add_columns(con))
     if not read_only and path != ":memory:":
         reclaim_unused_tail(con, path)
-    return con
+    from analyzers import partitions
+
+    return partitions.attach(con)     # `events` includes the runs kept as Parquet partitions
 
 
 def read_only_reason(con: duckdb.DuckDBPyConnection) -> str | None:

@@ -33,7 +33,7 @@ import duckdb
 import pandas as pd
 import streamlit as st
 
-from analyzers import queries
+from analyzers import partitions, queries
 from analyzers.safe_text import page_markdown as md
 from analyzers import runs as run_store
 from analyzers.model import FileError
@@ -122,7 +122,8 @@ class StoreLease:
                 self._identity = self._file_identity()
             self._users += 1
             try:
-                return self._con.cursor()
+                # a cursor is a connection of its own: `events` gets the Parquet partitions there too
+                return partitions.attach(self._con.cursor())
             except BaseException:
                 self._users -= 1
                 raise
@@ -264,14 +265,18 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
     Returns one dict per job: {"run_id", "name", "reused", "files", "errors", "warnings" (lists of
     {"file", "error"}), "findings" (count), "analysis_error" (str or None)}.
     """
+    from analyzers.cluster import CLUSTER_ENV_VAR, executor
     from analyzers.findings import analyze_run
     from analyzers.ingest import ingest_jobs
     from analyzers.progress import teller
 
     tell = teller(progress)
     outcomes = []
-    with lease().write_lock:
-        results = ingest_jobs(cur(), paths, name=name, progress=progress)
+    address = os.environ.get(CLUSTER_ENV_VAR) or None     # a team server's Dask cluster, if configured
+    with lease().write_lock, executor(address) as engine:
+        runner = engine if address else None
+        events_root = partitions.root_for(None, address, lease().path)
+        results = ingest_jobs(cur(), paths, name=name, progress=progress, events_root=events_root, runner=runner)
         for number, result in enumerate(results, 1):
             if audit is not None:
                 action, actor, detail = audit
@@ -284,7 +289,7 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
                 job = (number, len(results))
                 try:
                     outcome["findings"] = len(analyze_run(
-                        cur(), result.run_id,
+                        cur(), result.run_id, runner=runner,
                         progress=lambda stage, item, fraction, **details: tell(stage, item, fraction, job=job,
                                                                                **details)))
                 except Exception as exc:  # the run is stored; say plainly that its analysis failed
@@ -295,11 +300,29 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
     return outcomes
 
 
+def load_placement(show_paths: bool = True) -> str | None:
+    """Where loads put their events and run their per-rank work, when configured otherwise than
+    "inside the store, in this process" (TRACEDOCTOR_EVENTS_DIR, TRACEDOCTOR_CLUSTER); else None.
+    show_paths False: the server's folder and cluster address are not named (team mode)."""
+    from analyzers.cluster import CLUSTER_ENV_VAR
+
+    address = os.environ.get(CLUSTER_ENV_VAR) or None
+    root = partitions.root_for(None, address, lease().path)
+    if root is None:
+        return None
+    said = "Events are kept as Parquet files, one per rank" + (f", under {root}" if show_paths else " on the server")
+    if not address:
+        return said + "."
+    return said + f"; each rank is parsed and analysed as a task on the Dask cluster{f' {address}' if show_paths else ''}."
+
+
 def reanalyze(run_id: str) -> None:
+    from analyzers.cluster import CLUSTER_ENV_VAR, executor
     from analyzers.findings import analyze_run
 
-    with lease().write_lock:
-        analyze_run(cur(), run_id)
+    address = os.environ.get(CLUSTER_ENV_VAR) or None
+    with lease().write_lock, executor(address if partitions.locations(cur(), run_id) else None) as engine:
+        analyze_run(cur(), run_id, runner=engine if address else None)
     st.cache_data.clear()
 
 

@@ -32,6 +32,7 @@ SIZES = {  # name: (ranks, bytes per rank)
     "1gb": (1, 1 << 30),
     "8x128mb": (8, 128 << 20),
     "64x16mb": (64, 16 << 20),     # a many-rank job: per-file costs show
+    "64x128mb": (64, 128 << 20),   # many ranks as cluster tasks (bench/cluster.py)
     "8x1gb": (8, 1 << 30),         # memory must not grow with the ranks (issue: bounded memory)
     # the same events on an epoch clock with decimals ("ts": 1716458676522690.655), as recent
     # PyTorch writes them: float64 cannot hold these to the ns, so they take the text path

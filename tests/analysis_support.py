@@ -11,6 +11,23 @@ from analyzers.sqlrun import ensure_loaded
 from analyzers.store import connect
 
 
+def sample_run_paths() -> list[Path]:
+    """The first input of every sample run in sample_traces/manifest.json."""
+    from tests.conftest import REPO_ROOT
+
+    samples = REPO_ROOT / "sample_traces"
+    manifest = json.loads((samples / "manifest.json").read_text(encoding="utf-8"))
+    return [samples / entry["paths"][0] for entry in manifest]
+
+
+def shared_trace_names() -> list[str]:
+    """The real traces in ../shared/traces (single files, and the nccl2rank folder); [] without it."""
+    from tests.conftest import SHARED_TRACES
+
+    names = sorted(p.name for p in SHARED_TRACES.glob("*.json.gz")) if SHARED_TRACES.is_dir() else []
+    return names + (["nccl2rank"] if (SHARED_TRACES / "nccl2rank").is_dir() else [])
+
+
 def ingest_clean(paths):
     """Ingest the files as one run into an in-memory store; they must all load without error."""
     con = connect(":memory:")

@@ -169,3 +169,21 @@ def test_a_real_folder_of_unrelated_jobs_is_split(shared_traces, tmp_path, monke
     assert "nccl2rank" in names and "alexnet_single_gpu" in names and len(names) >= 6, names
     assert any("different jobs" in i.value for i in at.info)
     assert not at.exception
+
+
+def test_a_url_loads_like_a_folder_and_events_go_where_configured(tmp_path, monkeypatch):
+    """A folder typed as a URL (fsspec's memory filesystem standing in for a bucket) loads as the
+    same folder would; with TRACEDOCTOR_EVENTS_DIR the page says where events go, and they go there."""
+    import fsspec
+
+    local = write_job(tmp_path / "job_u", 2, 1_700_000_000_000_000)
+    memory = fsspec.filesystem("memory")
+    for source in local.iterdir():
+        memory.pipe(f"/td-load-page/job_u/{source.name}", source.read_bytes())
+    monkeypatch.setenv("TRACEDOCTOR_EVENTS_DIR", str(tmp_path / "events"))
+    db = tmp_path / "u.duckdb"
+    at = load_path(goto_load(open_app(monkeypatch, db)), "memory://td-load-page/job_u")
+    assert any("Events are kept as Parquet files, one per rank" in plain(c.value) for c in at.caption)
+    assert list(run_names(db).values()) == ["job_u"]
+    assert any("Loaded run **job_u**" in plain(s.value) for s in at.success)
+    assert len(list((tmp_path / "events").glob("run_id=*/rank=*/*.parquet"))) == 2

@@ -3,7 +3,6 @@ sample run, real trace and the bench's 8 x 128 MB run, its findings, notes and r
 exactly those of one pass over the whole run (analyze_root_causes(per_rank=False))."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -13,20 +12,13 @@ from analyzers.findings import analyze_root_causes, computed_finding_contract
 from analyzers.ingest import ingest_paths
 from analyzers.sqlrun import _VIEW_THRESHOLDS, ACROSS_RANK_VIEWS, RANK_VIEWS, ensure_loaded, run_cache
 from analyzers.store import connect
-from tests.conftest import REPO_ROOT, SHARED_TRACES
+from tests.analysis_support import sample_run_paths, shared_trace_names
+from tests.conftest import REPO_ROOT
 
 SAMPLES = REPO_ROOT / "sample_traces"
 BENCH_RUN = REPO_ROOT / "bench" / "data" / "8x128mb"     # bench/ingest.py makes it; absent in a fresh checkout
 
 
-def _sample_paths() -> list[Path]:
-    manifest = json.loads((SAMPLES / "manifest.json").read_text(encoding="utf-8"))
-    return [SAMPLES / entry["paths"][0] for entry in manifest]
-
-
-def _shared_paths() -> list[str]:
-    names = sorted(p.name for p in SHARED_TRACES.glob("*.json.gz")) if SHARED_TRACES.is_dir() else []
-    return names + (["nccl2rank"] if (SHARED_TRACES / "nccl2rank").is_dir() else [])
 
 
 def _outcome(con, run_id: str, per_rank: bool):
@@ -48,12 +40,12 @@ def _assert_passes_agree(path: Path) -> None:
     con.close()
 
 
-@pytest.mark.parametrize("path", _sample_paths(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sample_run_paths(), ids=lambda p: p.name)
 def test_sample_runs_agree(path):
     _assert_passes_agree(path)
 
 
-@pytest.mark.parametrize("name", _shared_paths() or ["(none)"])
+@pytest.mark.parametrize("name", shared_trace_names() or ["(none)"])
 def test_real_traces_agree(shared_traces, name):
     _assert_passes_agree(shared_traces / name)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,6 +20,7 @@ import blake3
 import duckdb
 
 from ..model import FileError, IngestResult
+from ..partitions import configured_root
 from ..progress import Progress, teller
 from ..store import read_only_reason
 from ..runs import restore_run
@@ -27,7 +29,7 @@ from .layout import Layout, LayoutError, scan_layout
 from .parse import (delete_dropped, delete_rank, insert_events, is_blank, join_parts, needs_exact, part_counts,
                     predict_exact, predict_exact_ranges, rank_counts, remove_parts, write_parts)
 from .ranks import assign_ranks, metadata_warnings, rank_columns, utf8_text, world_size, world_size_mismatch
-from .sources import Limits, RankFile, collect
+from .sources import Limits, RankFile, collect, hash_file, redact_url
 from .tempfiles import TempDirUnusable, disk_full, ingest_temp_dir, sweep_stale_temp_dirs, temp_dir_failure
 
 KNOWN_SCHEMA_VERSIONS = {"1"}
@@ -60,32 +62,39 @@ class _ParseFailure(Exception):
 
 
 def ingest_paths(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
-                 progress: Progress | None = None, limits: Limits | None = None) -> IngestResult:
+                 progress: Progress | None = None, limits: Limits | None = None,
+                 events_root: str | None = None, runner=None) -> IngestResult:
     """Load the rank files of one job as one run; files of several jobs are refused, naming the
-    jobs (ingest_jobs stores one run per job). See analyzers/ingest/__init__.py."""
-    return _ingest_call(con, paths, name, progress, limits, split=False)[0]
+    jobs (ingest_jobs stores one run per job). See analyzers/ingest/__init__.py.
+    events_root: keep the run's events as Parquet partitions there (analyzers/partitions.py), each
+    rank parsed as a task of `runner` (analyzers/cluster.py; default: in this process)."""
+    return _ingest_call(con, paths, name, progress, limits, split=False, events_root=events_root,
+                        runner=runner)[0]
 
 
 def ingest_jobs(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
-                progress: Progress | None = None, limits: Limits | None = None) -> list[IngestResult]:
+                progress: Progress | None = None, limits: Limits | None = None,
+                events_root: str | None = None, runner=None) -> list[IngestResult]:
     """Load the rank files given as one run per job they come from (analyzers/ingest/jobs.py):
     usually one; for a parent folder of unrelated jobs one each, named after its folder (after
     `name` when given). Files that fail, and warnings about the input, come with the first."""
-    return _ingest_call(con, paths, name, progress, limits, split=True)
+    return _ingest_call(con, paths, name, progress, limits, split=True, events_root=events_root, runner=runner)
 
 
-def _ingest_call(con, paths, name, progress, limits, split: bool) -> list[IngestResult]:
+def _ingest_call(con, paths, name, progress, limits, split: bool, events_root: str | None = None,
+                 runner=None) -> list[IngestResult]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = list(paths)
     limits = limits or Limits()
+    events_root = events_root or configured_root()
     refused = read_only_reason(con)
     if refused:
         return [IngestResult(None, [FileError(str(p), f"not loaded: {refused}") for p in paths])]
     sweep_stale_temp_dirs()
     try:
         with ingest_temp_dir() as tmpdir:
-            return _ingest(con, paths, name, progress, limits, tmpdir, split)
+            return _ingest(con, paths, name, progress, limits, tmpdir, split, events_root, runner)
     except TempDirUnusable as exc:
         return [IngestResult(None, [FileError(str(p), exc.message) for p in paths])]
 
@@ -95,9 +104,17 @@ class _DiskFull(Exception):
     and retrying file by file would only fill the disk again."""
 
 
-def _ingest(con, paths, name, progress, limits, tmpdir, split: bool) -> list[IngestResult]:
-    files, errors = collect(paths, tmpdir, limits, teller(progress) if progress else None, threads=_threads(con))
+def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root=None, runner=None) -> list[IngestResult]:
+    # a cluster's tasks hash plain files as they parse them: the driver reads only their heads
+    defer_hash = events_root is not None and getattr(runner, "hashes_in_tasks", False)
+    files, errors = collect(paths, tmpdir, limits, teller(progress) if progress else None, threads=_threads(con),
+                            defer_plain_hash=defer_hash, defer_compressed=defer_hash)
     warnings: list[FileError] = []
+    if defer_hash:      # files of one size may be the same text: those are hashed here, to drop copies now
+        sizes = Counter(f.size for f in files)
+        for source in files:
+            if not source.content_hash and sizes[source.size] > 1 and source.path:
+                source.content_hash = hash_file(source.path)
     files = _drop_repeated_content(files, warnings)
     scanned: list[tuple[RankFile, Layout]] = []
     for source in files:
@@ -113,16 +130,19 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool) -> list[Ing
         if schema is not None and str(schema) not in KNOWN_SCHEMA_VERSIONS:
             warnings.append(FileError(source.display, f"unknown schemaVersion {schema!r}: loaded because its "
                                                       "events parse, but fields may be misread"))
-        warnings += metadata_warnings(source.display, layout.meta)
+        if not source.compressed:    # a deferred one's tail keys are known after its task (partitioned.py)
+            warnings += metadata_warnings(source.display, layout.meta)
         scanned.append((source, layout))
     jobs = group_jobs([JobFile(s.display, s.where, lay.meta,
-                               clock_start_us(lay.meta, head_start_us(s.path, s.parts, lay.events_start)))
+                               clock_start_us(lay.meta, s.head_start_us if s.compressed else
+                                              head_start_us(s.path, s.parts, lay.events_start)))
                        for s, lay in scanned])
     if len(jobs) > 1 and not split:
         return [IngestResult(None, errors + [FileError(" ".join(str(p) for p in paths), mixed_jobs_message(jobs))],
                              warnings)]
     if len(jobs) <= 1:
-        return [_ingest_job(con, paths, scanned, name, progress, limits, tmpdir, errors, warnings)]
+        return [_ingest_job(con, paths, scanned, name, progress, limits, tmpdir, errors, warnings,
+                            events_root=events_root, runner=runner)]
     results = []
     tell = teller(progress)
     for number, job in enumerate(jobs, 1):
@@ -133,14 +153,16 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool) -> list[Ing
         results.append(_ingest_job(con, paths, [scanned[i] for i in job.members],
                                    f"{name} · {job.label}" if name else job.label, job_progress, limits, tmpdir,
                                    errors if number == 1 else [], warnings if number == 1 else [],
-                                   job_name=True))
+                                   job_name=True, events_root=events_root, runner=runner))
     return results
 
 
 def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progress, limits, tmpdir,
-                errors: list[FileError], warnings: list[FileError], job_name: bool = False) -> IngestResult:
+                errors: list[FileError], warnings: list[FileError], job_name: bool = False,
+                events_root: str | None = None, runner=None) -> IngestResult:
     """One job's scanned files -> one run (or the stored identical one); job_name: name is the
-    job's own (one of several jobs of the input), not the input's."""
+    job's own (one of several jobs of the input), not the input's. events_root: its events as
+    Parquet partitions there (ingest/partitioned.py), a task per rank on `runner`."""
     errors, warnings = list(errors), list(warnings)
     ranks, rank_errors, rank_warnings = assign_ranks([(s.display, s.where, lay.meta)
                                                       for s, lay in scanned])
@@ -150,15 +172,15 @@ def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progre
     items = sorted((_RankInput(s, lay, r) for (s, lay), r in zip(scanned, ranks) if r is not None),
                    key=lambda item: item.rank)
     for item in items:
-        try:
-            if item.source.parts:
-                item.exact = predict_exact_ranges(item.source.parts)
-            else:
-                item.exact = predict_exact(item.source.path, item.layout.events_start, item.layout.body_bytes)
-        except OSError:
-            pass    # the parse reports an unreadable file
+        predict_timestamps(item)
     run_name = utf8_text(name if job_name else (name or default_name(_loaded_inputs(paths, items) or paths)))
-    source_text = utf8_text(" ".join(str(p) for p in paths))
+    source_text = utf8_text(" ".join(redact_url(str(p)) for p in paths))
+    if events_root is not None and items:
+        from ..cluster import InProcess
+        from .partitioned import write_partitioned_job
+
+        return write_partitioned_job(con, items, run_name, source_text, errors, warnings, progress, limits,
+                                     events_root, runner or InProcess())
     together = True
     conflicts = 0
     while items:
@@ -173,9 +195,7 @@ def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progre
             if failure.item is None:
                 together = False        # find the file DuckDB refused, one statement each
                 continue
-            if _events_blank(failure.item):    # DuckDB calls a list of only whitespace malformed
-                failure.message, failure.detail = f"no trace events to load: {EMPTY_LIST}", ""
-            if not _retry_cheaper(failure):
+            if not next_attempt(failure):
                 errors.append(FileError(failure.item.source.display, failure.message))
                 items = [i for i in items if i is not failure.item]
             continue
@@ -201,6 +221,20 @@ _MAX_CONFLICTS = 2
 _CONFLICT_WAIT_S = 30.0
 
 
+def predict_timestamps(item: _RankInput) -> None:
+    """Set item.exact: whether its timestamps need the exact text path (a compressed file its task
+    inflates is predicted there)."""
+    if item.source.compressed:
+        return
+    try:
+        if item.source.parts:
+            item.exact = predict_exact_ranges(item.source.parts)
+        else:
+            item.exact = predict_exact(item.source.path, item.layout.events_start, item.layout.body_bytes)
+    except OSError:
+        pass    # the parse reports an unreadable file
+
+
 def _loaded_inputs(paths: list, items: list[_RankInput]) -> list:
     """The inputs that gave at least one rank file, in the order given (the run is named after
     the first of them, not after a file that failed)."""
@@ -210,10 +244,14 @@ def _loaded_inputs(paths: list, items: list[_RankInput]) -> list:
 
 def _drop_repeated_content(files: list[RankFile], warnings: list[FileError]) -> list[RankFile]:
     """One rank per distinct trace: the same text given twice in one call (the same file picked
-    twice, a .json beside its .json.gz) would otherwise load as two identical ranks."""
+    twice, a .json beside its .json.gz) would otherwise load as two identical ranks. A file not
+    hashed yet (content_hash "") is kept: whoever hashes it drops it then."""
     first_by_hash: dict[str, str] = {}
     kept = []
     for source in files:
+        if not source.content_hash:
+            kept.append(source)
+            continue
         first = first_by_hash.get(source.content_hash)
         if first is None:
             first_by_hash[source.content_hash] = source.display
@@ -253,6 +291,13 @@ def _events_blank(item: _RankInput) -> bool:
         return is_blank(item.source.path, item.layout.events_start + 1, item.layout.events_end)
     except OSError:
         return False
+
+
+def next_attempt(failure: _ParseFailure) -> bool:
+    """After a file failed to parse: its message made plain; True when a cheaper read is left to try."""
+    if _events_blank(failure.item):    # DuckDB calls a list of only whitespace malformed
+        failure.message, failure.detail = f"no trace events to load: {EMPTY_LIST}", ""
+    return _retry_cheaper(failure)
 
 
 def _retry_cheaper(failure: _ParseFailure) -> bool:
@@ -347,10 +392,7 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
                                           "fields (each needs 'ph', a numeric 'ts', and 'dur' >= 0 when ph is 'X')"))
             _insert_rank_row(con, run_id, item, kept)
             tell("writing", item.source.display, index / n, done=index, total=n, rank=item.rank, rows=kept)
-        con.execute(
-            "INSERT INTO runs (run_id, name, created_at, source, content_hash, world_size) VALUES (?, ?, ?, ?, ?, ?)",
-            [run_id, name, datetime.now(timezone.utc).replace(tzinfo=None), source, full_hash,
-             world_size([i.layout.meta for i in items])])
+        insert_run_row(con, run_id, name, source, full_hash, world_size([i.layout.meta for i in items]))
         con.execute("COMMIT")
     except BaseException as exc:
         try:
@@ -361,6 +403,14 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
             raise _DiskFull(_disk_full_message(con, exc)) from None
         raise
     return warnings
+
+
+def insert_run_row(con: duckdb.DuckDBPyConnection, run_id: str, name: str, source: str, full_hash: str,
+                   size: int | None) -> None:
+    """The runs row of a new run (inside the caller's transaction)."""
+    con.execute(
+        "INSERT INTO runs (run_id, name, created_at, source, content_hash, world_size) VALUES (?, ?, ?, ?, ?, ?)",
+        [run_id, name, datetime.now(timezone.utc).replace(tzinfo=None), source, full_hash, size])
 
 
 def _parse_batches(items: list[_RankInput]) -> list[list[_RankInput]]:
@@ -459,7 +509,7 @@ def default_name(paths: list) -> str:
     """The first input's base name without trace/archive suffixes; "+N" when there are more."""
     if not paths:
         return "run"
-    base = Path(str(paths[0]).rstrip("/\\")).name
+    base = Path(redact_url(str(paths[0])).rstrip("/\\")).name
     for suffix in (".json.gz", ".tar.gz", ".tgz", ".json", ".zip", ".gz", ".tar"):
         if base.lower().endswith(suffix) and len(base) > len(suffix):
             base = base[: -len(suffix)]

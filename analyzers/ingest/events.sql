@@ -4,11 +4,12 @@
 -- (the rank of each part). One statement loads all ranks of a run: several INSERTs into one
 -- transaction leave partial row groups that DuckDB rewrites at the next checkpoint.
 -- Placeholders filled by analyzers/ingest/core.py with fixed SQL (never trace content):
+-- <events_table> the stored events table's full name (`events` may be a view adding partitions),
 -- <source> the read_json scan (plus ts_text when exact), <ts_ns> the timestamp expression.
 -- Every array element becomes one row; elements that are not usable events (not an object,
 -- no `ph`, no numeric `ts`, a complete event without a non-negative `dur`) get kind
 -- '__dropped__' so the caller can count and delete them inside the same transaction.
-INSERT INTO events
+INSERT INTO <events_table>
 WITH raw AS (
     SELECT * FROM <source>
     JOIN (SELECT unnest($parts) AS filename, unnest($ranks) AS part_rank) AS part_ranks USING (filename)

@@ -63,7 +63,12 @@ def head_start_us(path: str | None, parts: tuple[str, ...], events_start: int) -
             return None
     except OSError:
         return None
-    values = [float(v) for v in _TS.findall(sample)]
+    return sample_start_us(sample)
+
+
+def sample_start_us(sample: bytes) -> float | None:
+    """head_start_us of the first bytes of an event list (a compressed file's, read by inflating its start)."""
+    values = [float(v) for v in _TS.findall(sample[:_HEAD_SAMPLE_BYTES])]
     return statistics.median(values) if values else None
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 
+from ..partitions import stored_events_table
 from .layout import Layout, split_points
 
 EVENTS_SQL = Path(__file__).with_name("events.sql").read_text()
@@ -236,7 +237,8 @@ def insert_events(con: duckdb.DuckDBPyConnection, run_id: str, rank_parts: list[
     """Parse the parts of every (rank, parts) pair into `events`, in one statement."""
     parts = [part for _, rank_files in rank_parts for part in rank_files]
     ranks = [rank for rank, rank_files in rank_parts for _ in rank_files]
-    con.execute(events_sql(exact, lenient), {"run_id": run_id, "parts": parts, "ranks": ranks})
+    con.execute(events_sql(exact, lenient).replace("<events_table>", stored_events_table(con)),
+                {"run_id": run_id, "parts": parts, "ranks": ranks})
 
 
 def rank_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, tuple[int, int, int, int]]:
@@ -249,7 +251,8 @@ def rank_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, tuple[
     """
     rows = con.execute(
         "SELECT rank, count(*), count(*) FILTER (kind = ?), count(*) FILTER (abs(ts_ns) >= ?), "
-        "count(*) FILTER (abs(ts_ns) >= ? AND ts_ns % 1000 <> 0) FROM events WHERE run_id = ? GROUP BY rank",
+        f"count(*) FILTER (abs(ts_ns) >= ? AND ts_ns % 1000 <> 0) FROM {stored_events_table(con)} WHERE run_id = ? "
+        "GROUP BY rank",
         [DROPPED_KIND, FLOAT_EXACT_LIMIT_NS, FLOAT_EXACT_LIMIT_NS, run_id]).fetchall()
     return {row[0]: tuple(row[1:]) for row in rows}
 
@@ -259,8 +262,8 @@ def needs_exact(body_bytes: int, epoch_ts: int, fractional_ts: int) -> bool:
 
 
 def delete_rank(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> None:
-    con.execute("DELETE FROM events WHERE run_id = ? AND rank = ?", [run_id, rank])
+    con.execute(f"DELETE FROM {stored_events_table(con)} WHERE run_id = ? AND rank = ?", [run_id, rank])
 
 
 def delete_dropped(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
-    con.execute("DELETE FROM events WHERE run_id = ? AND kind = ?", [run_id, DROPPED_KIND])
+    con.execute(f"DELETE FROM {stored_events_table(con)} WHERE run_id = ? AND kind = ?", [run_id, DROPPED_KIND])

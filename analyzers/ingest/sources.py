@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import posixpath
 import re
 import stat
 import tarfile
@@ -79,6 +80,9 @@ class RankFile:
     where: str = ""       # its path inside the archive or the given directory ("rank3/trace.json"):
                           # a rank may be named by a folder
     origin: str = ""      # the input it came from, as given (a file, directory or archive)
+    compressed: str = ""  # a .json.gz its ingest task inflates (collect's defer_compressed): path None,
+                          # no parts, content_hash "", layout from its head only (tail keys missing)
+    head_start_us: float | None = None   # for a compressed one: jobs.head_start_us of its head
 
 
 @dataclass
@@ -87,6 +91,8 @@ class _Reading:
     tmpdir: str
     budget: "_Budget"
     threads: int      # the parser's threads: inflated text is cut into a multiple of them
+    defer_plain_hash: bool = False   # plain files get content_hash "" (a cluster task hashes them)
+    defer_compressed: bool = False   # .json.gz files are only peeked at (a cluster task inflates them)
 
 
 def _inflated(display: str, member: str, result: SplitTrace | str, digest: str, size: int,
@@ -298,11 +304,16 @@ def _gz_holds_tar(path: Path) -> bool:
     return len(head) >= 262 and head[257:262] == b"ustar"
 
 
-def _plain_file(path: Path, display: str, budget: _Budget, where: str) -> RankFile:
+def _plain_file(path: Path, display: str, budget: _Budget, where: str, hashed: bool = True) -> RankFile:
     size = path.stat().st_size
     if not budget.take(size):
         raise InputError(display, f"refused: the inputs exceed {human_bytes(budget.limits.max_total_bytes)} in all")
-    return RankFile(display, path.name, str(path), _hash_file(path), size, where=where)
+    return RankFile(display, path.name, str(path), _hash_file(path) if hashed else "", size, where=where)
+
+
+def hash_file(path: str | os.PathLike) -> str:
+    """A plain rank file's content_hash (where collect deferred it: defer_plain_hash)."""
+    return _hash_file(Path(path))
 
 
 def _gzip_file(path: Path, display: str, reading: _Reading, where: str) -> RankFile:
@@ -320,6 +331,27 @@ def _gzip_file(path: Path, display: str, reading: _Reading, where: str) -> RankF
         raise InputError(display, f"{what} the end of the gzip stream (something appended to the file?); "
                                   "recompress the trace") from None
     return _inflated(display, _strip_gz(path.name), out, digest, size, where=_strip_gz(where))
+
+
+GZIP_PEEK_BYTES = 4 << 20    # a deferred .json.gz: how much of its start is inflated to read its head
+
+
+def _peeked_gzip(path: Path, display: str, where: str) -> RankFile | None:
+    """A .json.gz left for its task to inflate, from the head of its text (the metadata before
+    traceEvents, the first events' time); None when the start does not show that (a huge head, a
+    damaged file): then it is inflated here, which reports what is wrong."""
+    from .jobs import sample_start_us
+    from .layout import LayoutError, scan_head
+
+    try:
+        with igzip.open(path, "rb") as fh:
+            head = fh.read(GZIP_PEEK_BYTES)
+        start, meta, _ = scan_head(head, len(head), complete=len(head) < GZIP_PEEK_BYTES)
+    except (OSError, EOFError, LayoutError, ValueError):
+        return None
+    return RankFile(display, _strip_gz(path.name), None, "", path.stat().st_size,
+                    layout=Layout(len(head), start, start, meta), where=_strip_gz(where), compressed=str(path),
+                    head_start_us=sample_start_us(head[start:]))
 
 
 def _trailing_data(path: Path) -> int | None:
@@ -486,12 +518,13 @@ def _one_file(path: Path, display: str, where: str, reading: _Reading,
         if lower.endswith((".tar.gz", ".tgz")) or _gz_holds_tar(path):
             _tar_members(path, display, reading, files, errors)
         else:
-            files.append(_gzip_file(path, display, reading, where))
+            peeked = _peeked_gzip(path, display, where) if reading.defer_compressed else None
+            files.append(peeked or _gzip_file(path, display, reading, where))
             return
     elif lower.endswith(".tar"):
         _tar_members(path, display, reading, files, errors)
     else:
-        files.append(_plain_file(path, display, reading.budget, where))
+        files.append(_plain_file(path, display, reading.budget, where, hashed=not reading.defer_plain_hash))
         return
     if len(files) == found_before and len(errors) == errors_before:   # an archive with nothing to load
         errors.append(FileError(display, "the archive holds no .json or .json.gz trace files"))
@@ -515,17 +548,94 @@ def _distinct_names(todo: list[_Job]) -> list[_Job]:
             for path, display, where, given in todo]
 
 
+def is_url(given: str) -> bool:
+    """A trace input named by an fsspec URL (s3://bucket/job/, memory://..., https://...), not a path."""
+    return "://" in given and not given.lower().startswith("file://") and given.split("://", 1)[0].isidentifier()
+
+
+def redact_url(given: str) -> str:
+    """A URL as it may be shown and stored: without user:password@ and without its query (a
+    presigned URL's signature); other text unchanged."""
+    if not is_url(given):
+        return given
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(given)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    except ValueError:
+        return given.split("://", 1)[0] + "://…"
+
+
+def fetch_url(url: str, into: Path, limits: Limits) -> Path:
+    """Copy the trace files a URL names (a file, or a folder's .json/.json.gz files) into `into`,
+    keeping the last part of the URL as the name a local load would show; InputError when it
+    cannot be read or holds more than the limits allow."""
+    shown = redact_url(url)
+    try:
+        import fsspec
+        fs, root = fsspec.core.url_to_fs(url)
+    except ImportError as exc:
+        raise InputError(shown, f"reading {url.split('://')[0]}:// URLs needs a package that is not installed "
+                              f"({exc.name or exc})") from None
+    except (ValueError, OSError) as exc:
+        raise InputError(shown, f"not a URL this machine can read ({_plain(exc)})") from None
+    root = root.rstrip("/")
+    target = into / (posixpath.basename(root) or "trace")
+    try:
+        if fs.isdir(root):
+            found = sorted(f for f in fs.find(root) if _is_trace_name(posixpath.basename(f)))
+            if not found:
+                raise InputError(shown, "the folder holds no .json or .json.gz trace files")
+            if len(found) > limits.max_files_per_dir:
+                raise InputError(shown, f"refused: the folder holds {len(found)} .json files (the limit is "
+                                      f"{limits.max_files_per_dir}); give the folder of one job's traces")
+            sizes = fs.sizes(found)
+            if sum(int(size or 0) for size in sizes) > limits.max_total_bytes:
+                raise InputError(shown, f"refused: its files hold more than {limits.max_total_bytes >> 30} GiB")
+            for remote in found:
+                relative = posixpath.normpath(posixpath.relpath(remote, root))
+                local = target / relative
+                if relative.startswith("../") or relative == ".." or posixpath.isabs(relative) or \
+                        not local.resolve().is_relative_to(target.resolve()):
+                    raise InputError(shown, f"refused: an object name leads outside the folder ({relative!r})")
+                local.parent.mkdir(parents=True, exist_ok=True)
+                fs.get_file(remote, str(local))
+        elif fs.isfile(root):
+            if int(fs.size(root) or 0) > limits.max_total_bytes:
+                raise InputError(shown, f"refused: it holds more than {limits.max_total_bytes >> 30} GiB")
+            into.mkdir(parents=True, exist_ok=True)
+            fs.get_file(root, str(target))
+        else:
+            raise InputError(shown, "no such file or folder")
+    except InputError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise InputError(shown, f"could not be read ({_plain(exc)})") from None
+    return target
+
+
 def collect(paths: list, tmpdir: str, limits: Limits,
             progress: Callable[[str, str, float], None] | None = None,
-            threads: int = 1) -> tuple[list[RankFile], list[FileError]]:
+            threads: int = 1, defer_plain_hash: bool = False,
+            defer_compressed: bool = False) -> tuple[list[RankFile], list[FileError]]:
     """Every rank file the inputs hold, as plain JSON on disk or (inflated ones) as parse ranges
-    for `threads` parser threads, plus the inputs that failed."""
-    reading = _Reading(tmpdir, _Budget(limits), threads)
+    for `threads` parser threads, plus the inputs that failed. defer_plain_hash: plain files are
+    not read here (content_hash ""): the tasks that parse them hash them (ingest/partitioned.py);
+    defer_compressed: likewise a .json.gz is only peeked at (RankFile.compressed), its task inflates it."""
+    reading = _Reading(tmpdir, _Budget(limits), threads, defer_plain_hash, defer_compressed)
     files: list[RankFile] = []
     errors: list[FileError] = []
     todo: list[_Job] = []
-    for given in paths:
+    for index, given in enumerate(paths):
         path = Path(given).expanduser()
+        if is_url(str(given)):
+            try:
+                path = fetch_url(str(given), Path(tmpdir) / "fetched" / str(index), limits)
+            except InputError as exc:
+                errors.append(FileError(exc.display, exc.message))
+                continue
         if path.is_dir():
             found = sorted((p for p in path.rglob("*") if p.is_file() and _is_trace_name(p.name)),
                            key=lambda p: natural_key(p.relative_to(path).as_posix()))

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import streamlit as st
 
+from analyzers.ingest.sources import is_url
 from analyzers.ingest.core import default_name
 from analyzers.progress import progress_text
 from app import auth, data_root, state, ui, uploads
@@ -41,6 +42,9 @@ auth.require("load traces", "upload", "load_path")
 st.markdown("PyTorch profiler traces (Kineto JSON), one file per rank: `.json`, `.json.gz`, `.zip` or "
             "`.tar.gz` of rank files. The files of one job form one run; files of several jobs are "
             "stored as one run per job.")
+where_loads_go = state.load_placement(show_paths=not auth.is_team_mode())
+if where_loads_go:
+    st.caption(ui.md(where_loads_go))
 
 
 def attempt_key(base: str) -> str:
@@ -152,13 +156,24 @@ def path_tab() -> Attempt | list[dict[str, Any]] | None:
     if root is not None:
         where = "" if auth.is_team_mode() else f" ({data_root.code_span(str(root))})"   # shown exactly as it is
         st.caption(f"Paths are read under this server's data root{where}; relative paths start there.")
-    typed = st.text_input("File or directory path", placeholder="/data/profiles/job42/" if root is None else "job42/",
+    urls = root is None and not auth.is_team_mode()
+    typed = st.text_input("File or directory path",
+                          placeholder=("/data/profiles/job42/ or s3://bucket/job42/" if urls else "/data/profiles/job42/")
+                          if root is None else "job42/",
                           help="For traces too big to upload: the server reads them in place. A folder of "
-                               "several jobs is stored as one run per job.")
+                               "several jobs is stored as one run per job."
+                               + (" A URL (s3://bucket/job42/, with s3fs installed) is copied here first."
+                                  if urls else ""))
     path_name = st.text_input("Run name (optional)", key=attempt_key("path_name"),
                               placeholder="default: the folder's or file's name")
     if not st.button("Analyse this path", disabled=not typed.strip(), icon=":material/stethoscope:"):
         return None
+    if is_url(typed.strip()):     # an object store or web folder (s3://bucket/job42/), read through fsspec
+        if auth.is_team_mode() or root is not None:
+            return refused("", "URLs are read only in local mode without a data root: this server reads "
+                               "paths under its data root")
+        url = typed.strip()
+        return Attempt([url], path_name.strip() or None, "load_path", url, lambda shown: shown)
     try:
         target = data_root.resolve(typed)
     except data_root.PathRefused as refusal:

@@ -1,0 +1,225 @@
+"""A run's events as Parquet partitions (analyzers/partitions.py) instead of rows in the store.
+
+The driver plans the run as any ingest does (files, layouts, ranks, the run id); each rank is then a
+task (analyzers/cluster.py runs them here or on a cluster) that parses its file into a scratch
+in-memory DuckDB with the same parser and retries as the store's ingest, and writes its events to
+a staging file under the events root. Once every rank is done, the driver moves the files to
+<root>/run_id=<id>/rank=<r>/events.parquet and commits the run, its ranks and their partitions to
+the catalogue in one transaction. A file that fails is reported and the others still load; nothing
+of a failed call stays (staging is removed, moved files are deleted again).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from .. import partitions
+from ..model import FileError, IngestResult
+from ..progress import Progress, teller
+from ..runs import restore_run
+from . import core
+from .layout import Layout
+from .ranks import metadata_warnings
+from .sources import Limits, RankFile, hash_file
+
+# ranks columns a task sends back (run_id and rank are the driver's)
+_RANK_COLUMNS = ("file_name", "file_hash", "schema_version", "device_name", "base_time_ns", "distributed_info",
+                 "device_properties", "trace_meta", "n_events")
+
+
+@dataclass
+class RankIngestTask:
+    """One rank file to parse and write as a Parquet file at `target`."""
+    source: RankFile
+    layout: Layout
+    rank: int
+    exact: bool
+    target: str
+    limits: Limits
+
+
+@dataclass
+class RankIngestOutcome:
+    rank: int
+    display: str
+    location: str | None = None          # the staging file; None when the file failed
+    content_hash: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)   # the file's top-level keys (all of them)
+    n_events: int = 0
+    n_bytes: int = 0
+    ranks_row: dict[str, Any] = field(default_factory=dict)
+    warnings: list[FileError] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def ingest_rank(task: RankIngestTask) -> RankIngestOutcome:
+    """Parse one rank file into a scratch store and write its events as Parquet (a task)."""
+    from ..cluster import task_connection
+    from .tempfiles import ingest_temp_dir
+
+    started = time.perf_counter()
+    outcome = RankIngestOutcome(task.rank, task.source.display)
+    local_copies = [p for p in (*task.source.parts, task.source.path, task.source.compressed) if p]
+    missing = [p for p in local_copies if not os.path.exists(p)]
+    if missing:     # an archive member is inflated by the driver, into its temp folder
+        outcome.error = (f"{missing[0]} is not readable on this worker: the workers need the traces on storage "
+                         "they all reach, and for archives (.zip, .tar.gz) the driver's TRACEDOCTOR_TMPDIR too")
+        outcome.seconds = time.perf_counter() - started
+        return outcome
+    con = task_connection()
+    try:
+        with ingest_temp_dir() as tmpdir:
+            source, layout = task.source, task.layout
+            if source.compressed:     # left for this task to inflate (collect's defer_compressed)
+                source, layout, failed = _inflate(task, tmpdir, core._threads(con))
+                if failed:
+                    outcome.error = failed
+                    return outcome
+                outcome.warnings += metadata_warnings(source.display, layout.meta)
+            elif not source.content_hash:      # left for this task to hash (collect's defer_plain_hash)
+                source.content_hash = hash_file(source.path)
+            outcome.content_hash, outcome.meta = source.content_hash, layout.meta
+            item = core._RankInput(source, layout, task.rank, exact=task.exact)
+            core.predict_timestamps(item)
+            while True:
+                try:
+                    outcome.warnings += core._write_run(con, [item], "partition", "", "", "", tmpdir, task.limits,
+                                                        True, None)
+                    break
+                except core._ParseFailure as failure:
+                    if not core.next_attempt(failure):
+                        outcome.error = failure.message
+                        return outcome
+                except core._DiskFull as full:
+                    outcome.error = str(full)
+                    return outcome
+        columns = [c for c in partitions.EVENT_COLUMNS if c not in ("run_id", "rank")]
+        outcome.n_bytes = partitions.write_events(con, f"SELECT {', '.join(columns)} FROM events", task.target)
+        row = con.execute(f"SELECT {', '.join(_RANK_COLUMNS)} FROM ranks").fetchone()
+        outcome.ranks_row = dict(zip(_RANK_COLUMNS, row))
+        outcome.n_events = int(outcome.ranks_row["n_events"] or 0)
+        outcome.location = task.target
+    except Exception as exc:     # noqa: BLE001 (a task reports its file's failure; it never fails the map)
+        outcome.error = f"its events could not be written to {task.target} ({exc})"
+    finally:
+        con.close()
+        outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def _inflate(task: RankIngestTask, tmpdir: str, threads: int) -> tuple[RankFile, Layout, str | None]:
+    """The task's .json.gz inflated into parse ranges here, as collect does it on the driver, under
+    the driver's names: (its RankFile, its Layout, None), or (.., .., why it cannot be read)."""
+    from .layout import LayoutError, scan_layout
+    from .sources import collect
+
+    files, failed = collect([task.source.compressed], tmpdir, task.limits, threads=threads)
+    if failed or not files:
+        return task.source, task.layout, failed[0].error if failed else "the file holds no trace"
+    inflated = dataclasses.replace(files[0], display=task.source.display, member=task.source.member,
+                                   where=task.source.where, origin=task.source.origin, compressed="")
+    try:
+        layout = inflated.layout or scan_layout(inflated.path)
+    except (LayoutError, OSError) as exc:
+        return task.source, task.layout, str(exc)
+    return inflated, layout, None
+
+
+def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name: str, source_text: str,
+                          errors: list[FileError], warnings: list[FileError], progress: Progress | None,
+                          limits: Limits, root: str, runner) -> IngestResult:
+    """One job's planned rank files -> a run whose events are Parquet partitions under `root`."""
+    from .ranks import world_size
+
+    root = partitions.normalize_root(root)
+    problem = getattr(runner, "cannot_write", lambda _root: None)(root)
+    if problem:
+        return IngestResult(None, errors + [FileError(i.source.display, f"not loaded: {problem}") for i in items],
+                            warnings)
+    partitions.sweep_stale(root)
+    tell = teller(progress)
+    hashed = all(i.source.content_hash for i in items)     # else the tasks hash them
+    run_id, full_hash = core._run_id(items)
+    if hashed and con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
+        restore_run(con, run_id, detail="its files were ingested again")
+        return core._result(run_id, items, errors, warnings, reused=True)
+    token = partitions.new_token()
+    staging = partitions.staging_location(root, token, 0).rsplit("/rank=", 1)[0]
+    tasks = [RankIngestTask(i.source, i.layout, i.rank, i.exact, partitions.staging_location(root, token, i.rank),
+                            limits) for i in items]
+    n = len(tasks)
+    tell("parsing", "", 0.0, done=0, total=n)
+
+    def told(index: int, outcome: RankIngestOutcome) -> None:
+        told.done += 1
+        tell("parsed", outcome.display, told.done / n, done=told.done, total=n, rank=outcome.rank,
+             rows=outcome.n_events)
+    told.done = 0
+    moved: list[str] = []
+    try:
+        outcomes = runner.map(ingest_rank, tasks, on_done=told)
+        kept = []
+        for item, outcome in zip(items, outcomes):
+            warnings += outcome.warnings
+            if outcome.error:
+                errors.append(FileError(item.source.display, outcome.error))
+            else:
+                item.source.content_hash = outcome.content_hash
+                kept.append((item, outcome))
+        if not hashed:      # the same text given twice, found now that the tasks hashed it
+            distinct = {id(source) for source in core._drop_repeated_content([i.source for i, _ in kept], warnings)}
+            kept = [(item, outcome) for item, outcome in kept if id(item.source) in distinct]
+        if not kept:
+            return IngestResult(None, errors, warnings)
+        items = [item for item, _ in kept]
+        run_id, full_hash = core._run_id(items)
+        if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
+            restore_run(con, run_id, detail="its files were ingested again")
+            return core._result(run_id, items, errors, warnings, reused=True)
+        tell("writing", "", 0.0, done=0, total=n)
+        located = []
+        for item, outcome in kept:
+            target = partitions.partition_location(root, run_id, item.rank, token)
+            partitions.move(outcome.location, target)
+            moved.append(target)
+            located.append((item, outcome, target))
+        try:
+            _commit(con, run_id, full_hash, run_name, source_text, world_size([o.meta for _, o in kept]), located)
+        except (duckdb.ConstraintException, duckdb.TransactionException) as exc:
+            # the same files ingested at the same moment elsewhere, committed first: theirs is the run
+            # (our own files, never theirs, are removed below)
+            if (run_id not in str(exc) and "conflict" not in str(exc).lower()) or not core._wait_for_run(con, run_id):
+                raise
+            return core._result(run_id, items, errors, warnings, reused=True)
+        moved = []      # committed: the catalogue owns them now
+    finally:
+        partitions.remove([*moved, staging])
+    partitions.attach(con)
+    return core._result(run_id, items, errors, warnings, reused=False)
+
+
+def _commit(con: duckdb.DuckDBPyConnection, run_id: str, full_hash: str, name: str, source: str,
+            size: int | None, located: list) -> None:
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for item, outcome, target in located:
+            row = outcome.ranks_row
+            con.execute(f"INSERT INTO ranks (run_id, rank, {', '.join(_RANK_COLUMNS)}) "
+                        f"VALUES (?, ?{', ?' * len(_RANK_COLUMNS)})",
+                        [run_id, item.rank, *(row[c] for c in _RANK_COLUMNS)])
+            con.execute("INSERT INTO event_partitions (run_id, rank, location, n_events, n_bytes) VALUES (?, ?, ?, ?, ?)",
+                        [run_id, item.rank, target, outcome.n_events, outcome.n_bytes])
+        core.insert_run_row(con, run_id, name, source, full_hash, size)
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        raise
