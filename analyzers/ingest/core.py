@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,7 +28,7 @@ from .layout import Layout, LayoutError, scan_layout
 from .parse import (delete_dropped, delete_rank, insert_events, is_blank, join_parts, needs_exact, part_counts,
                     predict_exact, predict_exact_ranges, rank_counts, remove_parts, write_parts)
 from .ranks import assign_ranks, metadata_warnings, rank_columns, utf8_text, world_size, world_size_mismatch
-from .sources import Limits, RankFile, collect, hash_file, redact_url
+from .sources import Limits, RankFile, collect, redact_url
 from .tempfiles import TempDirUnusable, disk_full, ingest_temp_dir, sweep_stale_temp_dirs, temp_dir_failure
 
 KNOWN_SCHEMA_VERSIONS = {"1"}
@@ -110,11 +109,23 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root
     files, errors = collect(paths, tmpdir, limits, teller(progress) if progress else None, threads=_threads(con),
                             defer_plain_hash=defer_hash, defer_compressed=defer_hash)
     warnings: list[FileError] = []
-    if defer_hash:      # files of one size may be the same text: those are hashed here, to drop copies now
-        sizes = Counter(f.size for f in files)
-        for source in files:
-            if not source.content_hash and sizes[source.size] > 1 and source.path:
-                source.content_hash = hash_file(source.path)
+    prepared, staging = {}, None
+    if defer_hash:      # the tasks parse (hash, inflate) those files first; the plan follows from them
+        from .partitioned import parse_before_planning
+
+        files, prepared, staging = parse_before_planning(files, errors, progress, limits, events_root, runner)
+    try:
+        return _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_root, runner, files, errors,
+                               warnings, prepared)
+    finally:
+        if staging is not None:
+            from .. import partitions
+
+            partitions.remove([staging])     # what no run took (copies, other jobs' files, failures)
+
+
+def _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_root, runner, files, errors,
+                    warnings, prepared) -> list[IngestResult]:
     files = _drop_repeated_content(files, warnings)
     scanned: list[tuple[RankFile, Layout]] = []
     for source in files:
@@ -130,8 +141,7 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root
         if schema is not None and str(schema) not in KNOWN_SCHEMA_VERSIONS:
             warnings.append(FileError(source.display, f"unknown schemaVersion {schema!r}: loaded because its "
                                                       "events parse, but fields may be misread"))
-        if not source.compressed:    # a deferred one's tail keys are known after its task (partitioned.py)
-            warnings += metadata_warnings(source.display, layout.meta)
+        warnings += metadata_warnings(source.display, layout.meta)
         scanned.append((source, layout))
     jobs = group_jobs([JobFile(s.display, s.where, lay.meta,
                                clock_start_us(lay.meta, s.head_start_us if s.compressed else
@@ -142,7 +152,7 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root
                              warnings)]
     if len(jobs) <= 1:
         return [_ingest_job(con, paths, scanned, name, progress, limits, tmpdir, errors, warnings,
-                            events_root=events_root, runner=runner)]
+                            events_root=events_root, runner=runner, prepared=prepared)]
     results = []
     tell = teller(progress)
     for number, job in enumerate(jobs, 1):
@@ -153,13 +163,13 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root
         results.append(_ingest_job(con, paths, [scanned[i] for i in job.members],
                                    f"{name} · {job.label}" if name else job.label, job_progress, limits, tmpdir,
                                    errors if number == 1 else [], warnings if number == 1 else [],
-                                   job_name=True, events_root=events_root, runner=runner))
+                                   job_name=True, events_root=events_root, runner=runner, prepared=prepared))
     return results
 
 
 def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progress, limits, tmpdir,
                 errors: list[FileError], warnings: list[FileError], job_name: bool = False,
-                events_root: str | None = None, runner=None) -> IngestResult:
+                events_root: str | None = None, runner=None, prepared=None) -> IngestResult:
     """One job's scanned files -> one run (or the stored identical one); job_name: name is the
     job's own (one of several jobs of the input), not the input's. events_root: its events as
     Parquet partitions there (ingest/partitioned.py), a task per rank on `runner`."""
@@ -180,7 +190,7 @@ def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progre
         from .partitioned import write_partitioned_job
 
         return write_partitioned_job(con, items, run_name, source_text, errors, warnings, progress, limits,
-                                     events_root, runner or InProcess())
+                                     events_root, runner or InProcess(), prepared)
     together = True
     conflicts = 0
     while items:

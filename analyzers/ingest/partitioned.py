@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from ..progress import Progress, teller
 from ..runs import restore_run
 from . import core
 from .layout import Layout
-from .ranks import metadata_warnings
+from .layout import LayoutError, scan_layout
 from .sources import Limits, RankFile, hash_file
 
 # ranks columns a task sends back (run_id and rank are the driver's)
@@ -49,7 +50,8 @@ class RankIngestOutcome:
     display: str
     location: str | None = None          # the staging file; None when the file failed
     content_hash: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)   # the file's top-level keys (all of them)
+    layout: Layout | None = None      # the file's whole layout (a compressed one's, once inflated here)
+    unreadable: bool = False          # failed before its events: not a trace (the driver drops it before planning)
     n_events: int = 0
     n_bytes: int = 0
     ranks_row: dict[str, Any] = field(default_factory=dict)
@@ -79,12 +81,20 @@ def ingest_rank(task: RankIngestTask) -> RankIngestOutcome:
             if source.compressed:     # left for this task to inflate (collect's defer_compressed)
                 source, layout, failed = _inflate(task, tmpdir, core._threads(con))
                 if failed:
-                    outcome.error = failed
+                    outcome.error, outcome.unreadable = failed, True
                     return outcome
-                outcome.warnings += metadata_warnings(source.display, layout.meta)
             elif not source.content_hash:      # left for this task to hash (collect's defer_plain_hash)
                 source.content_hash = hash_file(source.path)
-            outcome.content_hash, outcome.meta = source.content_hash, layout.meta
+            if layout is None:      # scanned here, as the driver's plan would have (core._plan_and_write)
+                try:
+                    layout = scan_layout(source.path)
+                except LayoutError as exc:
+                    outcome.error, outcome.unreadable = str(exc), True
+                    return outcome
+                except OSError as exc:
+                    outcome.error, outcome.unreadable = f"could not read the file ({exc.strerror or exc})", True
+                    return outcome
+            outcome.content_hash, outcome.layout = source.content_hash, layout
             item = core._RankInput(source, layout, task.rank, exact=task.exact)
             core.predict_timestamps(item)
             while True:
@@ -116,7 +126,6 @@ def ingest_rank(task: RankIngestTask) -> RankIngestOutcome:
 def _inflate(task: RankIngestTask, tmpdir: str, threads: int) -> tuple[RankFile, Layout, str | None]:
     """The task's .json.gz inflated into parse ranges here, as collect does it on the driver, under
     the driver's names: (its RankFile, its Layout, None), or (.., .., why it cannot be read)."""
-    from .layout import LayoutError, scan_layout
     from .sources import collect
 
     files, failed = collect([task.source.compressed], tmpdir, task.limits, threads=threads)
@@ -131,10 +140,52 @@ def _inflate(task: RankIngestTask, tmpdir: str, threads: int) -> tuple[RankFile,
     return inflated, layout, None
 
 
+def parse_before_planning(files: list[RankFile], errors: list[FileError], progress: Progress | None,
+                          limits: Limits, root: str, runner) -> tuple[list[RankFile], dict[int, RankIngestOutcome], str]:
+    """A cluster's deferred files (collect's defer_plain_hash / defer_compressed: the driver read
+    only their heads) parsed by their tasks before the run is planned, each into
+    <root>/_staging/<token>/file=<k>/: then the plan (copies, jobs, ranks) is made from what it is
+    made from in-process, their hashes and whole metadata (a trace's baseTimeNanoseconds comes
+    after its events). Returns (the files, less those that turned out not to be traces, which are
+    in `errors` now; {id(file): its outcome}; the staging folder to remove at the end)."""
+    root = partitions.normalize_root(root)
+    token = partitions.new_token()
+    staging = posixpath.join(root, partitions.STAGING, token)
+    deferred = [f for f in files if f.compressed or not f.content_hash]
+    problem = getattr(runner, "cannot_write", lambda _root: None)(root)
+    if not deferred or problem:
+        return files, {}, staging
+    partitions.sweep_stale(root)
+    tasks = [RankIngestTask(f, f.layout, -1, False, posixpath.join(staging, f"file={k}", "events.parquet"), limits)
+             for k, f in enumerate(deferred)]
+    tell = teller(progress)
+    n = len(tasks)
+
+    def told(_index: int, outcome: RankIngestOutcome) -> None:
+        told.done += 1
+        tell("parsed", outcome.display, told.done / n, done=told.done, total=n, rows=outcome.n_events)
+    told.done = 0
+    tell("parsing", "", 0.0, done=0, total=n)
+    outcomes = runner.map(ingest_rank, tasks, on_done=told)
+    prepared, dropped = {}, set()
+    for source, outcome in zip(deferred, outcomes):
+        if outcome.unreadable:        # as collect or the layout scan would have refused it here
+            errors.append(FileError(source.display, outcome.error))
+            dropped.add(id(source))
+            continue
+        source.content_hash = outcome.content_hash or source.content_hash
+        if outcome.layout is not None:
+            source.layout = outcome.layout
+        prepared[id(source)] = outcome
+    return [f for f in files if id(f) not in dropped], prepared, staging
+
+
 def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name: str, source_text: str,
                           errors: list[FileError], warnings: list[FileError], progress: Progress | None,
-                          limits: Limits, root: str, runner) -> IngestResult:
-    """One job's planned rank files -> a run whose events are Parquet partitions under `root`."""
+                          limits: Limits, root: str, runner,
+                          prepared: dict[int, RankIngestOutcome] | None = None) -> IngestResult:
+    """One job's planned rank files -> a run whose events are Parquet partitions under `root`;
+    prepared: files parse_before_planning parsed already (by id of their RankFile)."""
     from .ranks import world_size
 
     root = partitions.normalize_root(root)
@@ -144,17 +195,17 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name:
                             warnings)
     partitions.sweep_stale(root)
     tell = teller(progress)
-    hashed = all(i.source.content_hash for i in items)     # else the tasks hash them
+    prepared = prepared or {}
     run_id, full_hash = core._run_id(items)
-    if hashed and con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
+    if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
         restore_run(con, run_id, detail="its files were ingested again")
         return core._result(run_id, items, errors, warnings, reused=True)
     token = partitions.new_token()
-    staging = partitions.staging_location(root, token, 0).rsplit("/rank=", 1)[0]
+    staging = posixpath.join(root, partitions.STAGING, token)
+    todo = [i for i in items if id(i.source) not in prepared]
     tasks = [RankIngestTask(i.source, i.layout, i.rank, i.exact, partitions.staging_location(root, token, i.rank),
-                            limits) for i in items]
+                            limits) for i in todo]
     n = len(tasks)
-    tell("parsing", "", 0.0, done=0, total=n)
 
     def told(index: int, outcome: RankIngestOutcome) -> None:
         told.done += 1
@@ -163,18 +214,18 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name:
     told.done = 0
     moved: list[str] = []
     try:
-        outcomes = runner.map(ingest_rank, tasks, on_done=told)
+        if tasks:
+            tell("parsing", "", 0.0, done=0, total=n)
+        parsed = dict(zip([id(i.source) for i in todo], runner.map(ingest_rank, tasks, on_done=told) if tasks else []))
         kept = []
-        for item, outcome in zip(items, outcomes):
+        for item in items:
+            outcome = prepared.get(id(item.source)) or parsed[id(item.source)]
+            outcome.rank = item.rank
             warnings += outcome.warnings
             if outcome.error:
                 errors.append(FileError(item.source.display, outcome.error))
             else:
-                item.source.content_hash = outcome.content_hash
                 kept.append((item, outcome))
-        if not hashed:      # the same text given twice, found now that the tasks hashed it
-            distinct = {id(source) for source in core._drop_repeated_content([i.source for i, _ in kept], warnings)}
-            kept = [(item, outcome) for item, outcome in kept if id(item.source) in distinct]
         if not kept:
             return IngestResult(None, errors, warnings)
         items = [item for item, _ in kept]
@@ -190,7 +241,8 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name:
             moved.append(target)
             located.append((item, outcome, target))
         try:
-            _commit(con, run_id, full_hash, run_name, source_text, world_size([o.meta for _, o in kept]), located)
+            _commit(con, run_id, full_hash, run_name, source_text, world_size([i.layout.meta for i, _ in kept]),
+                    located)
         except (duckdb.ConstraintException, duckdb.TransactionException) as exc:
             # the same files ingested at the same moment elsewhere, committed first: theirs is the run
             # (our own files, never theirs, are removed below)
