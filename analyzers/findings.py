@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import duckdb
 
 from analyzers import thresholds as th
-from analyzers.metrics import rank_breakdown_rows
+from analyzers.metrics import rank_breakdown_rows, rank_summary
 from analyzers.contract import clip_strings, finding_contract
 from analyzers.integrity import integrity_notes
 from analyzers.analyses import analysis_modules, analysis_specs, gap_causes
@@ -347,8 +347,9 @@ def store_findings(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[F
                   f.summary]
                  for position, f in enumerate(findings)])
         _carry_marks_to_root_causes(con, run_id)
-        con.execute("UPDATE runs SET analysis_version = ?, analysis_summary = ? WHERE run_id = ?",
-                    [analysis_version(), None if costs is None else json.dumps(costs.to_dict()), run_id])
+        con.execute("UPDATE runs SET analysis_version = ?, analysis_summary = ?, rank_table = ? WHERE run_id = ?",
+                    [analysis_version(), None if costs is None else json.dumps(costs.to_dict()),
+                     None if costs is None or costs.rank_table is None else json.dumps(costs.rank_table), run_id])
         con.execute("COMMIT")
     except Exception:
         try:    # DuckDB may have ended the transaction already (a failed COMMIT)
@@ -407,7 +408,8 @@ def analyze_root_causes(con: duckdb.DuckDBPyConnection, run_id: str,
     if runner is not None and per_rank and ranks and partitions.locations(con, run_id):
         from analyzers.rank_tasks import analyze_on_runner
 
-        ctx, results, integrity = analyze_on_runner(con, run_id, resolved, ranks, modules, across, runner, tell)
+        ctx, results, integrity, rank_table = analyze_on_runner(con, run_id, resolved, ranks, modules, across,
+                                                                runner, tell)
     else:
         # (rank, its analyses): a pass per rank with all but the ACROSS_RANKS analyses, then those on
         # the whole run (rank None); per_rank False: one whole-run pass with every analysis
@@ -430,9 +432,11 @@ def analyze_root_causes(con: duckdb.DuckDBPyConnection, run_id: str,
                     with_gaps = pass_modules is not across and ctx.has_gpu and not any(r.gap_error for r in results)
                     results.append(analysis_pass(con, run_id, ctx, pass_modules, with_gaps=with_gaps, told=told))
             integrity = integrity_notes(con, run_id, ctx.thresholds)
+            rank_table = rank_summary(con, run_id)     # from the cached views, not the events again
     found, notes = _merge_passes(modules, results, per_rank)
     ctx.notes.extend(notes + integrity)
-    return _finish(ctx, found, results)
+    findings, notes, costs = _finish(ctx, found, results)
+    return findings, notes, dataclasses.replace(costs, rank_table=rank_table)
 
 
 @dataclass
@@ -533,6 +537,18 @@ def analysis_is_current(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     with `python -m analyzers ingest`, or analysed by an older version)."""
     row = con.execute("SELECT analysis_version FROM runs WHERE run_id = ?", [run_id]).fetchone()
     return row is None or row[0] == analysis_version()
+
+
+def stored_rank_table(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]] | None:
+    """The ranks table the run's current analysis stored (metrics.rank_summary's rows); None when it
+    stored none or is not current (then compute it: metrics.rank_summary)."""
+    try:
+        row = con.execute("SELECT rank_table::VARCHAR, analysis_version FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    except duckdb.BinderException:     # an old store opened read-only, without the column
+        return None
+    if row is None or row[0] is None or row[1] != analysis_version():
+        return None
+    return json.loads(row[0])
 
 
 def analysis_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:

@@ -156,9 +156,10 @@ def _catalogues(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, Catalo
 def analyze_on_runner(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: Mapping[str, float],
                       ranks: list[int], modules: list[Any], across: list[Any], runner, tell):
     """Steps 1-5 for a partitioned run: (analysis context, [each rank's PassResult..., the
-    across-ranks PassResult], integrity notes)."""
+    across-ranks PassResult], integrity notes, the report's ranks table)."""
     from analyzers.findings import analysis_pass, build_context
     from analyzers.integrity import integrity_notes, merge_rank_conditions
+    from analyzers.metrics import rank_summary
 
     files = dict(zip(ranks, (partitions.locations(con, run_id, rank)[0] for rank in ranks)))
     scratch = posixpath.join(partitions.events_root_of(files[ranks[0]]), partitions.SCRATCH, partitions.new_token())
@@ -194,7 +195,7 @@ def analyze_on_runner(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: M
         rank_rows = merge_rank_conditions([r.integrity_rows for r in results])
         results.append(analysis_pass(con, run_id, ctx, across, with_gaps=False))
         integrity = integrity_notes(con, run_id, ctx.thresholds, rank_rows=rank_rows)
-        return ctx, results, integrity
+        return ctx, results, integrity, rank_summary(con, run_id)
     finally:
         cache.drop()
         partitions.remove([scratch])

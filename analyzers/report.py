@@ -40,7 +40,7 @@ def _error_dict(err: Any) -> dict[str, str]:
 
 def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[Any] = ()) -> dict[str, Any]:
     """The CLI JSON contract for a stored run (plus "notes": caveats in plain words)."""
-    from analyzers.findings import analysis_notes
+    from analyzers.findings import analysis_notes, stored_rank_table
 
     ensure_loaded(con)
     run = con.execute("SELECT run_id, name, world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()
@@ -56,7 +56,7 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[A
                 # the run's first event (µs), so finding windows can be read as "ms into the trace"
                 "start_us": None if bounds is None else bounds[0] / 1000.0},
         "errors": error_list,
-        "ranks": rank_summary(con, run_id),
+        "ranks": stored_rank_table(con, run_id) or rank_summary(con, run_id),
         "findings": [finding_contract(f) for f in findings(con, run_id, raw=True)],
         "notes": analysis_notes(con, run_id),
     }

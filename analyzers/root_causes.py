@@ -121,9 +121,12 @@ class RunCosts:
     has_gpu: bool = True
     ranks: int = 1
     thresholds: dict[str, float] = field(default_factory=dict)   # the analysis' overrides of the defaults
+    # the report's ranks table (metrics.rank_summary) computed from the analysis' cached views, stored
+    # beside the findings (runs.rank_table): not part of the run-level figures
+    rank_table: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "rank_table"}
 
 
 def run_costs(findings: list[Finding], step_ns_by_rank: Mapping[int, float | None],

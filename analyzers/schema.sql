@@ -13,7 +13,8 @@ CREATE TABLE IF NOT EXISTS runs (
     tags        VARCHAR[] DEFAULT [],  -- free-form labels ("baseline", "after-fix")
     notes       VARCHAR DEFAULT '',
     analysis_version VARCHAR,          -- analyzers.findings.ANALYSIS_VERSION of its findings; NULL: never analysed
-    analysis_summary JSON              -- run-level figures of that analysis (analyzers.root_causes.RunCosts)
+    analysis_summary JSON,             -- run-level figures of that analysis (analyzers.root_causes.RunCosts)
+    rank_table  JSON                   -- the report's ranks table from that analysis (metrics.rank_summary)
 );
 
 -- One row per rank file of a run.

@@ -210,6 +210,7 @@ _RENAMED_COLUMNS = (("runs", "sha256", "content_hash"), ("ranks", "file_sha256",
 # Columns added since stores were first written: (table, column, type). CREATE TABLE IF NOT EXISTS
 # leaves an older table as it is, so they are added here.
 _ADDED_COLUMNS = (("runs", "analysis_version", "VARCHAR"), ("runs", "analysis_summary", "JSON"),
+                  ("runs", "rank_table", "JSON"),
                   ("findings", "ranks", "INTEGER[]"), ("findings", "caused_by", "VARCHAR"),
                   ("findings", "position", "INTEGER"))
 

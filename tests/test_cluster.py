@@ -16,7 +16,8 @@ import pytest
 
 from analyzers import partitions
 from analyzers.cluster import InProcess, check_address, executor
-from analyzers.findings import analyze_run
+from analyzers.findings import analyze_run, stored_rank_table
+from analyzers.metrics import rank_summary
 from analyzers.ingest import ingest_jobs, ingest_paths
 from analyzers.report import build_report
 from analyzers.runs import delete_run, purge_run
@@ -35,6 +36,9 @@ def _report(path: Path, events_root: str | None = None, runner=None, db: str = "
         assert result.run_id and not result.errors, result.errors
         analyze_run(con, result.run_id, runner=runner)
         report = build_report(con, result.run_id)
+        # the ranks table stored with the analysis (from its cached views) is the one computed afresh
+        assert stored_rank_table(con, result.run_id) is not None
+        assert _same(report["ranks"], rank_summary(con, result.run_id))
         return {key: report[key] for key in REPORT_KEYS}
     finally:
         con.close()
