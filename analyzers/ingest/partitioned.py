@@ -78,6 +78,7 @@ def ingest_rank(task: RankIngestTask) -> RankIngestOutcome:
     try:
         with ingest_temp_dir() as tmpdir:
             source, layout = task.source, task.layout
+            planned = bool(source.content_hash)     # the driver read it, and chose its timestamp path (exact)
             if source.compressed:     # left for this task to inflate (collect's defer_compressed)
                 source, layout, failed = _inflate(task, tmpdir, core._threads(con))
                 if failed:
@@ -96,7 +97,8 @@ def ingest_rank(task: RankIngestTask) -> RankIngestOutcome:
                     return outcome
             outcome.content_hash, outcome.layout = source.content_hash, layout
             item = core._RankInput(source, layout, task.rank, exact=task.exact)
-            core.predict_timestamps(item)
+            if not planned:
+                core.predict_timestamps(item)
             while True:
                 try:
                     outcome.warnings += core._write_run(con, [item], "partition", "", "", "", tmpdir, task.limits,
@@ -155,7 +157,6 @@ def parse_before_planning(files: list[RankFile], errors: list[FileError], progre
     problem = getattr(runner, "cannot_write", lambda _root: None)(root)
     if not deferred or problem:
         return files, {}, staging
-    partitions.sweep_stale(root)
     tasks = [RankIngestTask(f, f.layout, -1, False, posixpath.join(staging, f"file={k}", "events.parquet"), limits)
              for k, f in enumerate(deferred)]
     tell = teller(progress)
