@@ -107,10 +107,11 @@ if __name__ == "__main__":   # the entry script, run by Streamlit on every click
 elif __name__ != "__mp_main__":   # imported by `streamlit run` (or an ASGI server): the server app
     # (__mp_main__: a multiprocessing child of a process that ran this script re-imports it; it
     # must not build a server, nor refuse to start one)
+    from starlette.middleware import Middleware
     from streamlit import config as _config
     from streamlit.starlette import App
 
-    from app import uploads
+    from app import gate, uploads
 
     # before it serves anything (Streamlit has bound its port by now, but no request is answered
     # until this import returns): local mode (no login) on an address other machines reach, or a
@@ -119,4 +120,5 @@ elif __name__ != "__mp_main__":   # imported by `streamlit run` (or an ASGI serv
     if _problem:
         print(f"TraceDoctor: {_problem}", file=sys.stderr)
         raise SystemExit(2)
-    streamlit_app = App(__file__, routes=uploads.routes(), on_script_error=show_script_error)
+    streamlit_app = App(__file__, routes=uploads.routes(), middleware=[Middleware(gate.Gate)],
+                        on_script_error=show_script_error)

@@ -368,13 +368,71 @@ def oidc_user() -> User | None:
 # --------------------------------------------------------------------------- the current user
 
 def current_user() -> User | None:
-    """Who is using this session, None until they sign in (team mode)."""
+    """Who is using this session, None until they sign in (team mode). Team mode records the
+    answer for the session, so that app/gate.py lets its websocket ask for no more than it may."""
     current = mode()
     if current == LOCAL:
         return User(_local_user_name(), MAINTAINER)
+    user = _token_session_user() if current == TOKEN else oidc_user()
+    _record_session(user, st.session_state.get(SESSION_TOKEN_KEY) if current == TOKEN else None)
+    return user
+
+
+# Streamlit session id -> the token hash it signed in with (token mode; None under OIDC), for the
+# sessions signed in now. Read by the gate on every message; an entry leaves at sign-out, revocation
+# or when its websocket closes (a reconnecting session is recorded again at its next run).
+_signed_in_sessions: dict[str, str | None] = {}
+
+
+def _record_session(user: User | None, token_hash: str | None) -> None:
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None:
+        return
+    if user is None:
+        _signed_in_sessions.pop(ctx.session_id, None)
+    else:
+        _signed_in_sessions[ctx.session_id] = token_hash
+
+
+def session_signed_in(session_id: str | None) -> bool:
+    """Whether the Streamlit session session_id is signed in now (team mode): recorded at its last
+    run and, for a token, still listed in the tokens file."""
+    if session_id is None or session_id not in _signed_in_sessions:
+        return False
+    if mode() != TOKEN:
+        return True
+    return token_hash_may(_signed_in_sessions.get(session_id), "view")
+
+
+def forget_session(session_id: str | None) -> None:
+    if session_id is not None:
+        _signed_in_sessions.pop(session_id, None)
+
+
+def browser_signed_in(cookies: dict[str, str]) -> bool:
+    """Whether an HTTP request's cookies carry a sign-in that holds now: token mode's session
+    cookie (signed, unexpired, its token still listed), or Streamlit's OIDC user cookie for an
+    address that may sign in."""
+    current = mode()
+    if current == LOCAL:
+        return True
     if current == TOKEN:
-        return _token_session_user()
-    return oidc_user()
+        try:
+            return user_for_cookie(cookies.get(SESSION_COOKIE), token_entries()) is not None
+        except AuthConfigError:
+            return False
+    from streamlit.web.server.starlette.starlette_websocket import _get_signed_cookie_with_chunks
+
+    try:
+        raw = _get_signed_cookie_with_chunks(cookies, "_streamlit_user")
+        claims = json.loads(raw) if raw else {}
+    except Exception:   # a cookie that does not decode signs nobody in
+        return False
+    email = str(claims.get("email") or "") if isinstance(claims, dict) else ""
+    return bool(email) and claims.get("is_logged_in") is True and claims.get("email_verified") is True \
+        and (_listed(email, MAINTAINERS_ENV) or _listed(email, VIEWERS_ENV))
 
 
 def _local_user_name() -> str:

@@ -378,7 +378,9 @@ def _load_samples(path: str, manifest: str | None) -> list[FileError]:
             for entry in reversed(entries):
                 try:
                     paths = [str(base / p) for p in entry.get("paths", [])]
-                    result = ingest_paths(con, paths, name=entry.get("name"))
+                    # a sample run someone deleted stays deleted (a restart or a cleared cache loads
+                    # the manifest again)
+                    result = ingest_paths(con, paths, name=entry.get("name"), restore_trashed=False)
                     problems.extend(result.errors)
                     if result.run_id is None:
                         continue

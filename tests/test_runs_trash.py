@@ -102,6 +102,19 @@ def test_ingesting_the_files_of_a_trashed_run_restores_it(ingested):
     assert runs.audit_log(store)[0]["action"] == "restore"
 
 
+@pytest.mark.parametrize("events_dir", [False, True])
+def test_a_trashed_sample_run_stays_in_the_trash_when_the_samples_load_again(ingested, tmp_path, events_dir):
+    """The dashboard loads its sample runs at every start (and after a cache clear) with
+    restore_trashed=False: a sample run a maintainer deleted is not brought back."""
+    store, path, run_id = ingested
+    runs.delete_run(store, run_id, actor="max")
+    root = str(tmp_path / "events") if events_dir else None
+    again = ingest_paths(store, [path], restore_trashed=False, events_root=root)
+    assert again.run_id is None and not again.errors
+    assert live_ids(store) == [] and [r["run_id"] for r in runs.list_trash(store)] == [run_id]
+    assert [e["action"] for e in runs.audit_log(store)][0] == "delete"
+
+
 def test_timeline_export_of_a_deleted_run_is_an_error_not_an_empty_trace(ingested):
     store, _, run_id = ingested
     whole = (0, 2**62)

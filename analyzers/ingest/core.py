@@ -62,13 +62,15 @@ class _ParseFailure(Exception):
 
 def ingest_paths(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
                  progress: Progress | None = None, limits: Limits | None = None,
-                 events_root: str | None = None, runner=None) -> IngestResult:
+                 events_root: str | None = None, runner=None, restore_trashed: bool = True) -> IngestResult:
     """Load the rank files of one job as one run; files of several jobs are refused, naming the
     jobs (ingest_jobs stores one run per job). See analyzers/ingest/__init__.py.
     events_root: keep the run's events as Parquet partitions there (analyzers/partitions.py), each
-    rank parsed as a task of `runner` (analyzers/cluster.py; default: in this process)."""
+    rank parsed as a task of `runner` (analyzers/cluster.py; default: in this process).
+    restore_trashed: files of a run in the trash bring it back (False: it stays there, and the
+    result has no run id; the dashboard's sample runs, which nobody asked for again)."""
     return _ingest_call(con, paths, name, progress, limits, split=False, events_root=events_root,
-                        runner=runner)[0]
+                        runner=runner, restore_trashed=restore_trashed)[0]
 
 
 def ingest_jobs(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
@@ -81,7 +83,7 @@ def ingest_jobs(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
 
 
 def _ingest_call(con, paths, name, progress, limits, split: bool, events_root: str | None = None,
-                 runner=None) -> list[IngestResult]:
+                 runner=None, restore_trashed: bool = True) -> list[IngestResult]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = list(paths)
@@ -93,7 +95,7 @@ def _ingest_call(con, paths, name, progress, limits, split: bool, events_root: s
     sweep_stale_temp_dirs()
     try:
         with ingest_temp_dir() as tmpdir:
-            return _ingest(con, paths, name, progress, limits, tmpdir, split, events_root, runner)
+            return _ingest(con, paths, name, progress, limits, tmpdir, split, events_root, runner, restore_trashed)
     except TempDirUnusable as exc:
         return [IngestResult(None, [FileError(str(p), exc.message) for p in paths])]
 
@@ -103,7 +105,8 @@ class _DiskFull(Exception):
     and retrying file by file would only fill the disk again."""
 
 
-def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root=None, runner=None) -> list[IngestResult]:
+def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root=None, runner=None,
+            restore_trashed: bool = True) -> list[IngestResult]:
     # a cluster's tasks hash plain files as they parse them: the driver reads only their heads
     defer_hash = events_root is not None and getattr(runner, "hashes_in_tasks", False)
     files, errors = collect(paths, tmpdir, limits, teller(progress) if progress else None, threads=_threads(con),
@@ -116,7 +119,7 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root
         files, prepared, staging = parse_before_planning(files, errors, progress, limits, events_root, runner)
     try:
         return _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_root, runner, files, errors,
-                               warnings, prepared)
+                               warnings, prepared, restore_trashed)
     finally:
         if staging is not None:
             from .. import partitions
@@ -125,7 +128,7 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root
 
 
 def _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_root, runner, files, errors,
-                    warnings, prepared) -> list[IngestResult]:
+                    warnings, prepared, restore_trashed: bool = True) -> list[IngestResult]:
     files = _drop_repeated_content(files, warnings)
     scanned: list[tuple[RankFile, Layout]] = []
     for source in files:
@@ -152,7 +155,8 @@ def _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_ro
                              warnings)]
     if len(jobs) <= 1:
         return [_ingest_job(con, paths, scanned, name, progress, limits, tmpdir, errors, warnings,
-                            events_root=events_root, runner=runner, prepared=prepared)]
+                            events_root=events_root, runner=runner, prepared=prepared,
+                            restore_trashed=restore_trashed)]
     results = []
     tell = teller(progress)
     for number, job in enumerate(jobs, 1):
@@ -163,13 +167,15 @@ def _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_ro
         results.append(_ingest_job(con, paths, [scanned[i] for i in job.members],
                                    f"{name} · {job.label}" if name else job.label, job_progress, limits, tmpdir,
                                    errors if number == 1 else [], warnings if number == 1 else [],
-                                   job_name=True, events_root=events_root, runner=runner, prepared=prepared))
+                                   job_name=True, events_root=events_root, runner=runner, prepared=prepared,
+                                   restore_trashed=restore_trashed))
     return results
 
 
 def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progress, limits, tmpdir,
                 errors: list[FileError], warnings: list[FileError], job_name: bool = False,
-                events_root: str | None = None, runner=None, prepared=None) -> IngestResult:
+                events_root: str | None = None, runner=None, prepared=None,
+                restore_trashed: bool = True) -> IngestResult:
     """One job's scanned files -> one run (or the stored identical one); job_name: name is the
     job's own (one of several jobs of the input), not the input's. events_root: its events as
     Parquet partitions there (ingest/partitioned.py), a task per rank on `runner`."""
@@ -190,14 +196,13 @@ def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progre
         from .partitioned import write_partitioned_job
 
         return write_partitioned_job(con, items, run_name, source_text, errors, warnings, progress, limits,
-                                     events_root, runner or InProcess(), prepared)
+                                     events_root, runner or InProcess(), prepared, restore_trashed)
     together = True
     conflicts = 0
     while items:
         run_id, full_hash = _run_id(items)
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
-            restore_run(con, run_id, detail="its files were ingested again")   # a trashed run comes back
-            return _result(run_id, items, errors, warnings, reused=True)
+            return stored_again(con, run_id, items, errors, warnings, restore_trashed)
         try:
             warnings += _write_run(con, items, run_id, full_hash, run_name, source_text, tmpdir, limits,
                                    together, progress)
@@ -283,6 +288,15 @@ def _wait_for_run(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
+
+
+def stored_again(con, run_id, items, errors, warnings, restore_trashed: bool) -> IngestResult:
+    """The result for files already stored as run_id: a run in the trash comes back, unless
+    restore_trashed is False (then it stays there and the result names no run)."""
+    if not restore_trashed and con.execute("SELECT count(*) FROM run_trash WHERE run_id = ?", [run_id]).fetchone()[0]:
+        return IngestResult(None, errors, warnings)
+    restore_run(con, run_id, detail="its files were ingested again")
+    return _result(run_id, items, errors, warnings, reused=True)
 
 
 def _result(run_id, items, errors, warnings, reused) -> IngestResult:

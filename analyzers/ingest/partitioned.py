@@ -22,7 +22,6 @@ import duckdb
 from .. import partitions
 from ..model import FileError, IngestResult
 from ..progress import Progress, teller
-from ..runs import restore_run
 from . import core
 from .layout import Layout
 from .layout import LayoutError, scan_layout
@@ -184,7 +183,8 @@ def parse_before_planning(files: list[RankFile], errors: list[FileError], progre
 def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name: str, source_text: str,
                           errors: list[FileError], warnings: list[FileError], progress: Progress | None,
                           limits: Limits, root: str, runner,
-                          prepared: dict[int, RankIngestOutcome] | None = None) -> IngestResult:
+                          prepared: dict[int, RankIngestOutcome] | None = None,
+                          restore_trashed: bool = True) -> IngestResult:
     """One job's planned rank files -> a run whose events are Parquet partitions under `root`;
     prepared: files parse_before_planning parsed already (by id of their RankFile)."""
     from .ranks import world_size
@@ -199,8 +199,7 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name:
     prepared = prepared or {}
     run_id, full_hash = core._run_id(items)
     if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
-        restore_run(con, run_id, detail="its files were ingested again")
-        return core._result(run_id, items, errors, warnings, reused=True)
+        return core.stored_again(con, run_id, items, errors, warnings, restore_trashed)
     token = partitions.new_token()
     staging = posixpath.join(root, partitions.STAGING, token)
     todo = [i for i in items if id(i.source) not in prepared]
@@ -232,8 +231,7 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name:
         items = [item for item, _ in kept]
         run_id, full_hash = core._run_id(items)
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
-            restore_run(con, run_id, detail="its files were ingested again")
-            return core._result(run_id, items, errors, warnings, reused=True)
+            return core.stored_again(con, run_id, items, errors, warnings, restore_trashed)
         tell("writing", "", 0.0, done=0, total=n)
         located = []
         for item, outcome in kept:
