@@ -256,11 +256,12 @@ def release_run_cursor() -> None:
 # --------------------------------------------------------------------------- writes
 
 def ingest(paths: list[str], name: str | None = None, progress: Callable[..., None] | None = None,
-           audit: tuple[str, str | None, str] | None = None) -> list[dict[str, Any]]:
+           audit: tuple[str, str | None, str] | None = None, confine_to: str | None = None) -> list[dict[str, Any]]:
     """Ingest the files, one run per job they come from (usually one; analyzers.ingest.ingest_jobs),
     and analyse each, under the write lock; audit (action, actor, detail) is recorded in the
     store's audit log with each run it gave. progress: told every file, rank and analysis stage
-    (analyzers/progress.py), with job=(i, n) when the files held several jobs.
+    (analyzers/progress.py), with job=(i, n) when the files held several jobs. confine_to: read
+    only files under this directory, each through the descriptor its check opened (the data root).
 
     Returns one dict per job: {"run_id", "name", "reused", "files", "errors", "warnings" (lists of
     {"file", "error"}), "findings" (count), "analysis_error" (str or None)}.
@@ -276,7 +277,8 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
     with lease().write_lock, executor(address) as engine:
         runner = engine if address else None
         events_root = partitions.root_for(None, address, lease().path)
-        results = ingest_jobs(cur(), paths, name=name, progress=progress, events_root=events_root, runner=runner)
+        results = ingest_jobs(cur(), paths, name=name, progress=progress, events_root=events_root, runner=runner,
+                              confine_to=confine_to)
         for number, result in enumerate(results, 1):
             if audit is not None:
                 action, actor, detail = audit

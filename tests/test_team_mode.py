@@ -5,6 +5,7 @@ the store cannot be used or a run has gone."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -16,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from analyzers.safe_text import page_markdown as md
 from analyzers.store import connect
-from app import auth, uploads
+from app import auth, data_root, uploads
 from test_app_helpers import AFTER_RUN, BEFORE_RUN, build_store
 from test_app_pages import HOME, _rank_trace, goto, open_app, plain, texts
 
@@ -311,6 +312,39 @@ def test_the_data_root_refuses_paths_and_links_outside_it(tmp_path, tokens, monk
     assert any("Loaded run" in s.value for s in at.success)
     page = texts(at)
     assert str(tmp_path) not in page   # a shared server's layout is not shown
+
+
+@pytest.mark.parametrize("swapped", ["file", "folder"])
+def test_a_link_swapped_in_after_the_root_check_reads_nothing_outside(tmp_path, tokens, monkeypatch, swapped):
+    """A file (or the folder itself) replaced by a link out of the data root between the check and
+    ingest's own scan: the outside trace is refused by name and nothing of it is stored."""
+    pytest.importorskip("analyzers.ingest")
+    root = tmp_path / "data"
+    inside = write_trace(root / "job" / "rank0.json")
+    outside = tmp_path / "outside"
+    secret = outside / "rank0.json"
+    secret.parent.mkdir()
+    secret.write_bytes(_rank_trace(0, 1).replace(b'"name"', b'"name" ', 1) + b" ")   # other content: another run
+    monkeypatch.setenv("TRACEDOCTOR_DATA_ROOT", str(root))
+    checked = data_root.resolve
+
+    def check_then_swap(typed: str) -> Path:
+        target = checked(typed)
+        if swapped == "file":
+            inside.unlink()
+            inside.symlink_to(secret)
+        else:
+            shutil.rmtree(root / "job")
+            (root / "job").symlink_to(outside)
+        return target
+
+    monkeypatch.setattr(data_root, "resolve", check_then_swap)
+    db = tmp_path / "s.duckdb"
+    at = goto(sign_in(monkeypatch, db, tokens[auth.MAINTAINER], run_id=None), "views/load.py")
+    load_path(at, "job")
+    assert any("a link that leads outside the data root" in plain(e.value) for e in at.error), \
+        [e.value for e in at.error]
+    assert not at.success and not any("Loaded run" in s.value for s in at.success)
 
 
 def test_local_mode_reads_any_path_as_before(tmp_path, monkeypatch):

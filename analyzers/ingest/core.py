@@ -62,28 +62,33 @@ class _ParseFailure(Exception):
 
 def ingest_paths(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
                  progress: Progress | None = None, limits: Limits | None = None,
-                 events_root: str | None = None, runner=None, restore_trashed: bool = True) -> IngestResult:
+                 events_root: str | None = None, runner=None, restore_trashed: bool = True,
+                 confine_to: str | None = None) -> IngestResult:
     """Load the rank files of one job as one run; files of several jobs are refused, naming the
     jobs (ingest_jobs stores one run per job). See analyzers/ingest/__init__.py.
     events_root: keep the run's events as Parquet partitions there (analyzers/partitions.py), each
     rank parsed as a task of `runner` (analyzers/cluster.py; default: in this process).
     restore_trashed: files of a run in the trash bring it back (False: it stays there, and the
-    result has no run id; the dashboard's sample runs, which nobody asked for again)."""
+    result has no run id; the dashboard's sample runs, which nobody asked for again).
+    confine_to: read only files under this directory (a team server's data root), each opened
+    once and read through that descriptor (sources.collect), so no link swapped in leads out."""
     return _ingest_call(con, paths, name, progress, limits, split=False, events_root=events_root,
-                        runner=runner, restore_trashed=restore_trashed)[0]
+                        runner=runner, restore_trashed=restore_trashed, confine_to=confine_to)[0]
 
 
 def ingest_jobs(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
                 progress: Progress | None = None, limits: Limits | None = None,
-                events_root: str | None = None, runner=None) -> list[IngestResult]:
+                events_root: str | None = None, runner=None, confine_to: str | None = None) -> list[IngestResult]:
     """Load the rank files given as one run per job they come from (analyzers/ingest/jobs.py):
     usually one; for a parent folder of unrelated jobs one each, named after its folder (after
-    `name` when given). Files that fail, and warnings about the input, come with the first."""
-    return _ingest_call(con, paths, name, progress, limits, split=True, events_root=events_root, runner=runner)
+    `name` when given). Files that fail, and warnings about the input, come with the first.
+    confine_to: as in ingest_paths."""
+    return _ingest_call(con, paths, name, progress, limits, split=True, events_root=events_root, runner=runner,
+                        confine_to=confine_to)
 
 
 def _ingest_call(con, paths, name, progress, limits, split: bool, events_root: str | None = None,
-                 runner=None, restore_trashed: bool = True) -> list[IngestResult]:
+                 runner=None, restore_trashed: bool = True, confine_to: str | None = None) -> list[IngestResult]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = list(paths)
@@ -93,11 +98,16 @@ def _ingest_call(con, paths, name, progress, limits, split: bool, events_root: s
     if refused:
         return [IngestResult(None, [FileError(str(p), f"not loaded: {refused}") for p in paths])]
     sweep_stale_temp_dirs()
+    pinned: list[int] = []   # the descriptors of a confined load's files, read through until the end
     try:
         with ingest_temp_dir() as tmpdir:
-            return _ingest(con, paths, name, progress, limits, tmpdir, split, events_root, runner, restore_trashed)
+            return _ingest(con, paths, name, progress, limits, tmpdir, split, events_root, runner, restore_trashed,
+                           confine_to, pinned)
     except TempDirUnusable as exc:
         return [IngestResult(None, [FileError(str(p), exc.message) for p in paths])]
+    finally:
+        for fd in pinned:
+            os.close(fd)
 
 
 class _DiskFull(Exception):
@@ -106,11 +116,13 @@ class _DiskFull(Exception):
 
 
 def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root=None, runner=None,
-            restore_trashed: bool = True) -> list[IngestResult]:
+            restore_trashed: bool = True, confine_to: str | None = None, pinned: list[int] | None = None
+            ) -> list[IngestResult]:
     # a cluster's tasks hash plain files as they parse them: the driver reads only their heads
     defer_hash = events_root is not None and getattr(runner, "hashes_in_tasks", False)
     files, errors = collect(paths, tmpdir, limits, teller(progress) if progress else None, threads=_threads(con),
-                            defer_plain_hash=defer_hash, defer_compressed=defer_hash)
+                            defer_plain_hash=defer_hash, defer_compressed=defer_hash, confine_to=confine_to,
+                            pinned=pinned)
     warnings: list[FileError] = []
     prepared, staging = {}, None
     if defer_hash:      # the tasks parse (hash, inflate) those files first; the plan follows from them

@@ -93,6 +93,8 @@ class _Reading:
     threads: int      # the parser's threads: inflated text is cut into a multiple of them
     defer_plain_hash: bool = False   # plain files get content_hash "" (a cluster task hashes them)
     defer_compressed: bool = False   # .json.gz files are only peeked at (a cluster task inflates them)
+    confine_to: str | None = None    # read only files under this directory (a data root), each opened once
+    pinned: list[int] | None = None  # the descriptors of those files, closed by the caller after the ingest
 
 
 def _inflated(display: str, member: str, result: SplitTrace | str, digest: str, size: int,
@@ -616,15 +618,54 @@ def fetch_url(url: str, into: Path, limits: Limits) -> Path:
     return target
 
 
+_pin_lock = threading.Lock()
+
+
+def _pin(path: Path, display: str, reading: _Reading) -> Path:
+    """path opened once and checked to lie under reading.confine_to, given back as a path that
+    reaches that opened file only: a link in this ingest's own directory to /proc/<pid>/fd/<n>
+    (the name kept, for the format; other processes of this machine, a local cluster's workers,
+    reach it too). A link swapped in after the check cannot redirect any later read. Where
+    there is no /proc the real path is checked and the file read by name."""
+    root = Path(reading.confine_to)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") else os.path.realpath(path)
+        if not Path(real).is_relative_to(root):
+            raise InputError(display, "a link that leads outside the data root")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(display, "not a regular file")
+        if not os.path.isdir("/proc/self/fd"):
+            os.close(fd)
+            return path
+        with _pin_lock:
+            reading.pinned.append(fd)
+            holder = Path(reading.tmpdir) / "pinned" / str(len(reading.pinned))
+        holder.mkdir(parents=True)
+        (holder / path.name).symlink_to(f"/proc/{os.getpid()}/fd/{fd}")
+        return holder / path.name
+    except BaseException:
+        if fd not in (reading.pinned or []):
+            os.close(fd)
+        raise
+
+
 def collect(paths: list, tmpdir: str, limits: Limits,
             progress: Callable[[str, str, float], None] | None = None,
             threads: int = 1, defer_plain_hash: bool = False,
-            defer_compressed: bool = False) -> tuple[list[RankFile], list[FileError]]:
+            defer_compressed: bool = False, confine_to: str | None = None,
+            pinned: list[int] | None = None) -> tuple[list[RankFile], list[FileError]]:
     """Every rank file the inputs hold, as plain JSON on disk or (inflated ones) as parse ranges
     for `threads` parser threads, plus the inputs that failed. defer_plain_hash: plain files are
     not read here (content_hash ""): the tasks that parse them hash them (ingest/partitioned.py);
-    defer_compressed: likewise a .json.gz is only peeked at (RankFile.compressed), its task inflates it."""
-    reading = _Reading(tmpdir, _Budget(limits), threads, defer_plain_hash, defer_compressed)
+    defer_compressed: likewise a .json.gz is only peeked at (RankFile.compressed), its task inflates it.
+    confine_to: read only files that lie under this directory: each is opened once, checked where
+    it really is and read through that descriptor only (appended to `pinned`; the caller closes
+    them after the ingest), so a link swapped in after a check leads nowhere."""
+    if confine_to is not None:
+        confine_to = os.path.realpath(confine_to)
+        pinned = [] if pinned is None else pinned
+    reading = _Reading(tmpdir, _Budget(limits), threads, defer_plain_hash, defer_compressed, confine_to, pinned)
     files: list[RankFile] = []
     errors: list[FileError] = []
     todo: list[_Job] = []
@@ -662,6 +703,8 @@ def collect(paths: list, tmpdir: str, limits: Limits,
         found: list[RankFile] = []
         failed: list[FileError] = []
         try:
+            if reading.confine_to is not None:
+                path = _pin(path, display, reading)
             _one_file(path, display, where, reading, found, failed)
             for rank_file in found:
                 rank_file.origin = given

@@ -34,6 +34,7 @@ class Attempt:
     detail: str                      # what the audit log and an unexpected error name
     shown: Callable[[str], str]      # a server path as the user knows it
     finish: Callable[[], None] = lambda: None   # run after the load, whatever its outcome
+    confine_to: str | None = None    # read only files under this directory (the data root)
 
 
 st.title("Load traces")
@@ -79,7 +80,7 @@ def run_attempt(attempt: Attempt) -> list[dict[str, Any]]:
 
     try:
         outcomes = state.ingest(attempt.paths, name=attempt.name or None, progress=progress,
-                                audit=(attempt.action, auth.actor(), attempt.detail))
+                                audit=(attempt.action, auth.actor(), attempt.detail), confine_to=attempt.confine_to)
     except state.StoreUnavailable:
         raise
     except Exception as exc:  # ingest promises not to raise on bad input; this guards the page anyway
@@ -178,7 +179,8 @@ def path_tab() -> Attempt | list[dict[str, Any]] | None:
         target = data_root.resolve(typed)
     except data_root.PathRefused as refusal:
         return refused("", str(refusal))
-    return Attempt([str(target)], path_name.strip() or None, "load_path", data_root.shown(target), data_root.shown)
+    return Attempt([str(target)], path_name.strip() or None, "load_path", data_root.shown(target), data_root.shown,
+                   confine_to=None if root is None else str(root))
 
 
 def show_result(outcomes: list[dict[str, Any]]) -> None:
