@@ -22,6 +22,10 @@ _LOCAL = re.compile(r"^local:(\d+)$")
 CLUSTER_ENV_VAR = "TRACEDOCTOR_CLUSTER"
 # The DuckDB threads of a task's connection (unset: DuckDB's default, all cores)
 TASK_THREADS_ENV_VAR = "TRACEDOCTOR_TASK_THREADS"
+# How many times a local cluster runs a task again after its worker died under it (the OOM
+# killer, say) before the task counts as lost (Dask's distributed.scheduler.allowed-failures;
+# a scheduler given by address keeps its own setting, 3 by default)
+TASK_RETRIES = 2
 
 
 def task_connection():
@@ -40,7 +44,9 @@ class InProcess:
     description = "in this process"
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any],
-            on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
+            on_done: Callable[[int, Any], None] | None = None,
+            on_lost: Callable[[Any, BaseException], Any] | None = None) -> list[Any]:
+        """fn over tasks, in order (on_lost: see DaskCluster.map; nothing is lost here)."""
         results = []
         for index, task in enumerate(tasks):
             results.append(fn(task))
@@ -68,9 +74,12 @@ class DaskCluster:
                 raise ValueError("--cluster local:N needs N >= 1 workers")
             # the machine's cores shared out: each worker's DuckDB gets its part (tasks read TASK_THREADS)
             share = max(1, (os.cpu_count() or 1) // workers)
-            self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                         dashboard_address=None, silence_logs=logging.ERROR,
-                                         env={TASK_THREADS_ENV_VAR: str(share)})
+            import dask
+
+            with dask.config.set({"distributed.scheduler.allowed-failures": TASK_RETRIES}):
+                self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                             dashboard_address=None, silence_logs=logging.ERROR,
+                                             env={TASK_THREADS_ENV_VAR: str(share)})
             try:
                 self.client = Client(self._cluster)
             except BaseException:
@@ -82,17 +91,34 @@ class DaskCluster:
             self.description = f"the Dask cluster at {address}"
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any],
-            on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
-        from distributed import as_completed
+            on_done: Callable[[int, Any], None] | None = None,
+            on_lost: Callable[[Any, BaseException], Any] | None = None) -> list[Any]:
+        """fn over tasks on the cluster, results in order; on_done(index, result) as each ends.
+        A task whose worker died under it more often than the scheduler allows (KilledWorker):
+        with on_lost, on_lost(task, error) is its result and the others go on (the temp folders
+        the dead workers left are removed at once); without it, or for any other error, no new
+        task starts and the error is raised once the running ones finished."""
+        from distributed import KilledWorker, as_completed
 
-        futures = self.client.map(fn, list(tasks), pure=False)
+        from analyzers.ingest.tempfiles import sweep_stale_temp_dirs
+
+        tasks = list(tasks)
+        futures = self.client.map(fn, tasks, pure=False)
         position = {future.key: index for index, future in enumerate(futures)}
         results: list[Any] = [None] * len(futures)
         failure: BaseException | None = None
         for future in as_completed(futures):
+            index = position[future.key]
             try:
-                results[position[future.key]] = future.result()
-            except Exception as exc:   # noqa: BLE001 (a task's own error, or a worker lost)
+                results[index] = future.result()
+            except KilledWorker as exc:
+                if on_lost is None:
+                    failure = failure or exc
+                    self.client.cancel([f for f in futures if not f.done()])
+                    continue
+                results[index] = on_lost(tasks[index], exc)
+                sweep_stale_temp_dirs()      # what the dead workers were writing (their locks are free now)
+            except Exception as exc:   # noqa: BLE001 (a task's own error)
                 if failure is None:    # no new task starts; those running finish before the caller
                     failure = exc      # cleans up the folders they write into
                     self.client.cancel([f for f in futures if not f.done()])
@@ -131,9 +157,14 @@ def check_address(address: str) -> str | None:
 
 @contextlib.contextmanager
 def executor(address: str | None) -> Iterator[InProcess | DaskCluster]:
-    """The executor for `address` (None: in this process), closed (a local cluster stopped) at the end."""
+    """The executor for `address` (None: in this process), closed (a local cluster stopped) at the end,
+    and then the temp folders of tasks it stopped (an interrupted ingest) removed."""
     runner = InProcess() if address is None else DaskCluster(address)
     try:
         yield runner
     finally:
         runner.close()
+        if address is not None:
+            from analyzers.ingest.tempfiles import sweep_stale_temp_dirs
+
+            sweep_stale_temp_dirs()

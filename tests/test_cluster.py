@@ -128,6 +128,35 @@ def test_a_bad_file_fails_alone(tmp_path):
     con.close()
 
 
+def test_a_rank_whose_worker_keeps_dying_fails_alone_and_leaves_no_temp(tmp_path, monkeypatch):
+    """A worker killed under one rank's task on every try (as the OOM killer would): that file is
+    named as failed, the other ranks are stored as the run, and the temp folders the dead workers
+    wrote are gone when the ingest returns."""
+    pytest.importorskip("distributed")
+    from tests.cluster_loss import DyingCluster
+
+    scratch = tmp_path / "tmp"
+    monkeypatch.setenv("TRACEDOCTOR_TMPDIR", str(scratch))    # before the workers start: they inherit it
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for source in sorted((SAMPLES / "synthetic_control").iterdir()):
+        (folder / source.name).write_bytes(source.read_bytes())
+    con = connect(":memory:")
+    try:
+        with executor("local:2") as cluster:
+            result = ingest_paths(con, [str(folder)], events_root=str(tmp_path / "events"),
+                                  runner=DyingCluster(cluster, "control_rank-2.pt.trace.json.gz"))
+            left = sorted(p.name for p in scratch.iterdir() if p.name.startswith("tracedoctor-"))
+        assert result.run_id is not None, result.errors
+        assert [e.file for e in result.errors] == ["job/control_rank-2.pt.trace.json.gz"]
+        assert "died" in result.errors[0].error
+        assert sorted(result.ranks) == [0, 1, 3]
+        assert con.execute("SELECT count(*) FROM ranks WHERE run_id = ?", [result.run_id]).fetchone()[0] == 3
+        assert left == [], left
+    finally:
+        con.close()
+
+
 def test_refused_store_write_leaves_no_partition(tmp_path, monkeypatch):
     """When the catalogue cannot be written, the moved partition files are deleted again."""
     from analyzers.ingest import partitioned

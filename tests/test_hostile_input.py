@@ -333,6 +333,26 @@ def test_sweep_removes_only_stale_directories_no_process_holds(tmp_path):
     assert tempfiles.sweep_stale_temp_dirs(roots=[str(tmp_path)]) == [str(held_elsewhere)]   # its holder died
 
 
+def test_the_temp_folder_of_a_killed_process_goes_at_the_next_sweep_not_a_day_later(tmp_path):
+    """kill -9 of an ingest (or a cluster worker) mid-copy: its folder, a second old, is removed by
+    the next sweep, because its lock is free; a live process's folder is left alone."""
+    maker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, time
+        from analyzers.ingest import tempfiles
+        path = tempfiles.make_temp_dir(tempfiles.INGEST_PREFIX, {str(tmp_path)!r})
+        open(os.path.join(path, "copy.part.json"), "wb").write(b" " * 4096)
+        print(path, flush=True)
+        time.sleep(60)""")], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    try:
+        made = maker.stdout.readline().strip()
+        assert tempfiles.sweep_stale_temp_dirs(roots=[str(tmp_path)]) == []   # alive: kept
+    finally:
+        maker.kill()
+        maker.wait()
+    assert tempfiles.sweep_stale_temp_dirs(roots=[str(tmp_path)]) == [made]
+    assert not Path(made).exists()
+
+
 def test_upload_dir_is_locked_until_removed(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEDOCTOR_TMPDIR", str(tmp_path / "t"))
     upload = Path(tempfiles.make_upload_dir())

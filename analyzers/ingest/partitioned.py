@@ -124,6 +124,13 @@ def ingest_rank(task: RankIngestTask) -> RankIngestOutcome:
     return outcome
 
 
+def lost_rank(task: RankIngestTask, error: BaseException) -> RankIngestOutcome:
+    """The outcome of a rank task whose worker died under it on every try (out of memory, most
+    often): that file fails alone, named, and the rest of the batch is stored."""
+    return RankIngestOutcome(task.rank, task.source.display, unreadable=True,
+                             error=f"the worker parsing it died on every try (out of memory?): {error}")
+
+
 def _inflate(task: RankIngestTask, tmpdir: str, threads: int) -> tuple[RankFile, Layout, str | None]:
     """The task's .json.gz inflated into parse ranges here, as collect does it on the driver, under
     the driver's names: (its RankFile, its Layout, None), or (.., .., why it cannot be read)."""
@@ -166,7 +173,7 @@ def parse_before_planning(files: list[RankFile], errors: list[FileError], progre
         tell("parsed", outcome.display, told.done / n, done=told.done, total=n, rows=outcome.n_events)
     told.done = 0
     tell("parsing", "", 0.0, done=0, total=n)
-    outcomes = runner.map(ingest_rank, tasks, on_done=told)
+    outcomes = runner.map(ingest_rank, tasks, on_done=told, on_lost=lost_rank)
     prepared, dropped = {}, set()
     for source, outcome in zip(deferred, outcomes):
         if outcome.unreadable:        # as collect or the layout scan would have refused it here
@@ -216,7 +223,7 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name:
     try:
         if tasks:
             tell("parsing", "", 0.0, done=0, total=n)
-        parsed = dict(zip([id(i.source) for i in todo], runner.map(ingest_rank, tasks, on_done=told) if tasks else []))
+        parsed = dict(zip([id(i.source) for i in todo], runner.map(ingest_rank, tasks, on_done=told, on_lost=lost_rank) if tasks else []))
         kept = []
         for item in items:
             outcome = prepared.get(id(item.source)) or parsed[id(item.source)]

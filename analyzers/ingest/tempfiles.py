@@ -4,8 +4,10 @@ that removes those a killed process left behind.
 Each directory holds a lock file that its owner keeps locked (flock) while it lives: the kernel
 drops the lock when the process ends, however it ends (SIGKILL, the OOM killer), so a directory
 whose lock can be taken is no longer in use; no pid is trusted (pids are reused). The sweep
-removes such directories once they are older than a day (a directory from before locks is judged
-by age alone).
+removes such a directory as soon as its lock is free (the lock file is locked before it gets its
+name, so a named one that is free has lost its holder): a killed ingest's or cluster task's
+copies go at the next sweep, not a day later. A directory without a lock file (being made, or
+from before locks) is judged by age alone (a day).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import duckdb
 TMPDIR_ENV_VAR = "TRACEDOCTOR_TMPDIR"
 INGEST_PREFIX = "tracedoctor-ingest-"
 UPLOAD_PREFIX = "tracedoctor_upload_"
-STALE_AFTER_S = 24 * 3600
+STALE_AFTER_S = 24 * 3600            # a directory without a lock file: removed once this old
 LOCK_NAME = ".tracedoctor-in-use"
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _DISK_FULL_TEXTS = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT))
@@ -51,9 +53,10 @@ def make_temp_dir(prefix: str, root: str | None = None) -> str:
     """A new directory under root (None: the system temp dir), locked as in use by this process
     until remove_temp_dir(). Raises OSError."""
     path = tempfile.mkdtemp(prefix=prefix, dir=root)
-    try:
-        fd = os.open(os.path.join(path, LOCK_NAME), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:   # locked under another name first: a lock file a sweep can see is always held at first
+        fd = os.open(os.path.join(path, LOCK_NAME + ".new"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(os.path.join(path, LOCK_NAME + ".new"), os.path.join(path, LOCK_NAME))
     except OSError:
         shutil.rmtree(path, ignore_errors=True)
         raise
@@ -100,9 +103,10 @@ def ingest_temp_dir() -> Iterator[str]:
 
 
 def sweep_stale_temp_dirs(max_age_s: float = STALE_AFTER_S, roots: list[str] | None = None) -> list[str]:
-    """Remove the ingest and upload directories that no live process holds and that were last
-    changed over max_age_s ago, in roots (default: $TRACEDOCTOR_TMPDIR and the system temp
-    directory). Returns the directories removed; never raises for one it cannot read or remove."""
+    """Remove the ingest and upload directories that no live process holds, in roots (default:
+    $TRACEDOCTOR_TMPDIR and the system temp directory): at once where their lock is free, and
+    those without a lock file once unchanged for max_age_s. Returns the directories removed;
+    never raises for one it cannot read or remove."""
     removed = []
     now = time.time()
     for root in dict.fromkeys(roots if roots is not None else [r for r in (temp_root(), tempfile.gettempdir()) if r]):
@@ -112,9 +116,10 @@ def sweep_stale_temp_dirs(max_age_s: float = STALE_AFTER_S, roots: list[str] | N
             continue
         for entry in entries:
             try:
-                if (not entry.name.startswith((INGEST_PREFIX, UPLOAD_PREFIX))
-                        or not entry.is_dir(follow_symlinks=False)
-                        or now - entry.stat(follow_symlinks=False).st_mtime < max_age_s):
+                if not entry.name.startswith((INGEST_PREFIX, UPLOAD_PREFIX)) or not entry.is_dir(follow_symlinks=False):
+                    continue
+                if not os.path.lexists(os.path.join(entry.path, LOCK_NAME)) \
+                        and now - entry.stat(follow_symlinks=False).st_mtime < max_age_s:
                     continue
             except OSError:
                 continue
