@@ -159,3 +159,34 @@ def test_the_sample_folder_gives_one_run_per_job_folder():
     assert sorted(names(con)[r.run_id] for r in results if r.run_id) == folders
     # manifest.json lies beside the job folders: named as no trace, the rest loads
     assert [e.file for r in results for e in r.errors] == ["sample_traces/manifest.json"]
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_trace_whose_first_event_is_huge_is_dated_and_joins_no_other_job(tmp_path, gzipped):
+    """A 2026 trace whose first event's name is 70 KB (its first timestamp past the first 64 KiB)
+    beside a 2024 trace, neither declaring distributedInfo: two runs, not one "before (+1)"."""
+    import gzip
+
+    t2024, t2026 = 1_710_000_000_000_000, 1_770_000_000_000_000
+    doc = json.loads(trace(t2026))
+    doc["traceEvents"][0]["name"] = "x" * 70_000
+    late = json.dumps(doc).encode()
+    write(tmp_path / "mixed" / "before.json", trace(t2024))
+    target = tmp_path / "mixed" / ("huge_name.json.gz" if gzipped else "huge_name.json")
+    target.write_bytes(gzip.compress(late) if gzipped else late)
+    con = connect(":memory:")
+    try:
+        results = ingest_jobs(con, [str(tmp_path / "mixed")])
+        assert len(results) == 2 and all(r.run_id for r in results), [(r.run_id, r.errors) for r in results]
+        assert sorted(len(r.files) for r in results) == [1, 1]
+    finally:
+        con.close()
+
+
+def test_an_undated_file_is_a_job_of_its_own():
+    dated = JobFile("a/rank0.json", "a/rank0.json", {}, T0)
+    undated = JobFile("a/rank1.json", "a/rank1.json", {}, None)
+    assert [job.members for job in group_jobs([dated, undated])] == [[0], [1]]
+    assert [job.members for job in group_jobs([undated, dated])] == [[0], [1]]
+    # nothing dated at all: nothing to tell them apart, one job
+    assert [job.members for job in group_jobs([undated, JobFile("b.json", "b.json", {}, None)])] == [[0, 1]]

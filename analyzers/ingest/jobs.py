@@ -6,8 +6,9 @@ Files are of different jobs when they were traced far apart in time, or when the
 distributedInfo declares different world sizes or backends, or when two files claim the same
 rank and sit in different folders (a before/ and an after/ run). When is a file traced: its
 baseTimeNanoseconds (the wall clock at profiler start, which newer Kineto writes beside
-timestamps of its own clock), else its first timestamps (older Kineto writes wall-clock µs). A
-file with neither is placed with the first file. A file without distributedInfo joins the one
+timestamps of its own clock), else its first timestamps (older Kineto writes wall-clock µs), read
+from the head on until they come, however long the first events are. A file with neither is a
+job of its own (unless no file of the input is dated). A file without distributedInfo joins the one
 declared job of its time group whose folder holds it; the others of a time group are one job.
 """
 from __future__ import annotations
@@ -27,8 +28,10 @@ from .ranks import base_time_ns, declared_rank, declared_world_size, rank_from_n
 # training step we know yet far below the days between separate jobs' traces. TraceDoctor's
 # choice, in µs as traces write ts.
 JOB_START_GAP_US = 300 * 1_000_000
-# Bytes read from the head of the event list to date a file (a few hundred events).
+# Bytes read from the first timestamp of the event list on to date a file (a few hundred events).
 _HEAD_SAMPLE_BYTES = 1 << 16
+# How far a file is read for its first timestamp (the events before it may carry huge names or args)
+_HEAD_MAX_BYTES = 1 << 30
 _TS = re.compile(rb'"ts"\s*:\s*(-?\d+(?:\.\d+)?)')
 _EPOCH_MIN_US = 10**15          # ts this large is microseconds since 1970 (2001 on): printable as a date
 
@@ -50,20 +53,37 @@ class Job:
 
 def head_start_us(path: str | None, parts: tuple[str, ...], events_start: int) -> float | None:
     """The median ts of the first events of a file (a few non-timed metadata events with ts 0
-    do not move a median); None when the head holds no timestamp or cannot be read."""
+    do not move a median), read from its event list on until the first timestamps come; None
+    when it holds none (in its first _HEAD_MAX_BYTES) or cannot be read."""
+    def chunks():
+        for name, offset in ([(p, 0) for p in parts] if parts else [(path, events_start)] if path else []):
+            with open(name, "rb") as fh:
+                fh.seek(offset)
+                while chunk := fh.read(_HEAD_SAMPLE_BYTES):
+                    yield chunk
     try:
-        if parts:
-            with open(parts[0], "rb") as fh:
-                sample = fh.read(_HEAD_SAMPLE_BYTES)
-        elif path is not None:
-            with open(path, "rb") as fh:
-                fh.seek(events_start)
-                sample = fh.read(_HEAD_SAMPLE_BYTES)
-        else:
-            return None
+        return stream_start_us(chunks())
     except OSError:
         return None
-    return sample_start_us(sample)
+
+
+def stream_start_us(chunks) -> float | None:
+    """head_start_us of an event list given as successive byte chunks: read until its first
+    timestamp, then _HEAD_SAMPLE_BYTES from there."""
+    window, scanned = b"", 0
+    for chunk in chunks:
+        window += chunk
+        scanned += len(chunk)
+        match = _TS.search(window)
+        if match is None:
+            if scanned >= _HEAD_MAX_BYTES:
+                return None
+            window = window[-64:]     # a "ts" cut by the chunk's end is found with the next chunk
+            continue
+        window = window[match.start():]
+        if len(window) >= _HEAD_SAMPLE_BYTES:
+            break
+    return sample_start_us(window)
 
 
 def sample_start_us(sample: bytes) -> float | None:
@@ -98,12 +118,11 @@ def group_jobs(files: list[JobFile]) -> list[Job]:
         if k and start - timed[k - 1][0] > JOB_START_GAP_US:
             group += 1
         time_group[index] = group
-    # an undated file cannot be placed: it joins the first file's time group
-    first_group = time_group.get(0, 0)
+    # an undated file cannot be placed: a job of its own (where no file is dated, they are one)
     keyed: dict[tuple[int, Any], list[int]] = {}
     loose: dict[int, list[int]] = {}
     for index, f in enumerate(files):
-        when = time_group.get(index, first_group)
+        when = time_group.get(index, 0 if not timed else -1 - index)
         declared = _declared(f.meta)
         if declared is None:
             loose.setdefault(when, []).append(index)

@@ -351,9 +351,12 @@ def _peeked_gzip(path: Path, display: str, where: str) -> RankFile | None:
         start, meta, _ = scan_head(head, len(head), complete=len(head) < GZIP_PEEK_BYTES)
     except (OSError, EOFError, LayoutError, ValueError):
         return None
+    head_start = sample_start_us(head[start:])
+    if head_start is None and len(head) == GZIP_PEEK_BYTES:   # first events too long to date it from here
+        return None
     return RankFile(display, _strip_gz(path.name), None, "", path.stat().st_size,
                     layout=Layout(len(head), start, start, meta), where=_strip_gz(where), compressed=str(path),
-                    head_start_us=sample_start_us(head[start:]))
+                    head_start_us=head_start)
 
 
 def _trailing_data(path: Path) -> int | None:
