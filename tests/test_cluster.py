@@ -281,6 +281,51 @@ def test_traces_read_from_a_url(tmp_path):
     assert "s3cret" not in secret.errors[0].file and "abc" not in secret.errors[0].file
 
 
+@pytest.fixture()
+def http_traces(tmp_path):
+    """sample_traces served over HTTP on a free loopback port: its base URL."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(SAMPLES))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_no_secret_of_a_url_is_printed_stored_or_raised(tmp_path, http_traces):
+    """A presigned URL's signature and a URL's user:password appear in no progress line, message,
+    stored file name or `run.files`; protocols that are no storage (reference://, dbfs://, dir://,
+    jupyter://) are refused by name, without a traceback."""
+    pytest.importorskip("aiohttp")
+    db = str(tmp_path / "s.duckdb")
+    presigned = f"{http_traces}/cpu_dataloader_tuning_after/after.json.gz?X-Amz-Signature=SIGS3KR1T&X-Amz-Credential=AKIDS3KR1T"
+    done = _cli("analyze", presigned, "--db", db, "--format", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    con = connect(db, read_only=True)
+    try:
+        stored = json.dumps(con.execute("SELECT * FROM ranks").fetchall() + con.execute("SELECT * FROM runs").fetchall()
+                            + con.execute("SELECT * FROM audit_log").fetchall(), default=str)
+    finally:
+        con.close()
+    assert report["run"]["files"] == ["after.json"]
+    for text in (done.stdout, done.stderr, stored):
+        assert "S3KR1T" not in text
+    for url in ("s3://AKIDKEY:S3KR1TKEY@bucket/x.json", f"{http_traces.replace('//', '//user:PASSS3KR1T@')}/x.json",
+                "reference://x", "dbfs://x", "dir://x", "jupyter://x"):
+        done = _cli("ingest", url, "--db", db, cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "S3KR1T" not in done.stdout + done.stderr, done.stderr
+        assert "refused" in done.stderr, done.stderr
+
+
 def test_object_names_cannot_escape_the_fetch_folder(tmp_path):
     """An object key with ../ in it is refused, and nothing is written outside the fetch folder."""
     fsspec = pytest.importorskip("fsspec")

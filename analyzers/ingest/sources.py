@@ -560,7 +560,7 @@ def is_url(given: str) -> bool:
 
 def redact_url(given: str) -> str:
     """A URL as it may be shown and stored: without user:password@ and without its query (a
-    presigned URL's signature); other text unchanged."""
+    presigned URL's signature) or fragment; other text unchanged."""
     if not is_url(given):
         return given
     from urllib.parse import urlsplit, urlunsplit
@@ -573,21 +573,65 @@ def redact_url(given: str) -> str:
         return given.split("://", 1)[0] + "://…"
 
 
+def _url_secrets(url: str) -> list[str]:
+    """The parts of url that may hold a secret (its user:password, query and fragment), longest first."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return [url.split("://", 1)[1]] if "://" in url else [url]
+    found = [parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else "", parts.query, parts.fragment]
+    return sorted((f for f in found if f), key=len, reverse=True)
+
+
+def scrub(text: str, url: str) -> str:
+    """text (an error message that may quote url) with url's secrets replaced by '…'."""
+    for secret in _url_secrets(url):
+        text = text.replace(secret, "…")
+    return text
+
+
+# The fsspec protocols a trace input may name: object stores, the web, HDFS and fsspec's memory
+# (tests). Others (reference://, dbfs://, dir://, jupyter://, ...) need arguments a URL cannot
+# carry, or wrap other file systems: refused by name.
+URL_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "http", "https", "hdfs", "webhdfs",
+                 "memory")
+
+
+def url_problem(url: str) -> str | None:
+    """Why a trace input URL is refused before anything is read, or None."""
+    protocol = url.split("://", 1)[0].lower()
+    if protocol not in URL_PROTOCOLS:
+        return (f"{protocol}:// is not a storage protocol TraceDoctor reads traces from (it reads "
+                f"{', '.join(p + '://' for p in URL_PROTOCOLS if p != 'memory')})")
+    netloc = url.split("://", 1)[1].split("/", 1)[0]
+    if "@" in netloc:
+        return ("credentials in the URL (user:password@) are not used: give them as the protocol's own "
+                "settings (for s3://, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile)")
+    return None
+
+
 def fetch_url(url: str, into: Path, limits: Limits) -> Path:
     """Copy the trace files a URL names (a file, or a folder's .json/.json.gz files) into `into`,
-    keeping the last part of the URL as the name a local load would show; InputError when it
-    cannot be read or holds more than the limits allow."""
+    keeping the last part of the URL's path as the name a local load would show; InputError
+    when it cannot be read or holds more than the limits allow. No secret of the URL (user:password,
+    a presigned URL's query) is in a name or message."""
     shown = redact_url(url)
+    problem = url_problem(url)
+    if problem:
+        raise InputError(shown, f"refused: {problem}")
     try:
         import fsspec
         fs, root = fsspec.core.url_to_fs(url)
     except ImportError as exc:
         raise InputError(shown, f"reading {url.split('://')[0]}:// URLs needs a package that is not installed "
                               f"({exc.name or exc})") from None
-    except (ValueError, OSError) as exc:
-        raise InputError(shown, f"not a URL this machine can read ({_plain(exc)})") from None
+    except Exception as exc:   # noqa: BLE001 (any file system's own refusal; its text may quote the URL)
+        raise InputError(shown, f"not a URL this machine can read ({scrub(_plain(exc), url)})") from None
     root = root.rstrip("/")
-    target = into / (posixpath.basename(root) or "trace")
+    name = posixpath.basename(redact_url(url).rstrip("/").split("://", 1)[-1].split("/", 1)[-1]) or "trace"
+    target = into / name
     try:
         if fs.isdir(root):
             found = sorted(f for f in fs.find(root) if _is_trace_name(posixpath.basename(f)))
@@ -616,41 +660,9 @@ def fetch_url(url: str, into: Path, limits: Limits) -> Path:
             raise InputError(shown, "no such file or folder")
     except InputError:
         raise
-    except (OSError, ValueError) as exc:
-        raise InputError(shown, f"could not be read ({_plain(exc)})") from None
+    except Exception as exc:   # noqa: BLE001 (a file system's error, whatever its class; never its traceback)
+        raise InputError(shown, f"could not be read ({scrub(_plain(exc), url)})") from None
     return target
-
-
-_pin_lock = threading.Lock()
-
-
-def _pin(path: Path, display: str, reading: _Reading) -> Path:
-    """path opened once and checked to lie under reading.confine_to, given back as a path that
-    reaches that opened file only: a link in this ingest's own directory to /proc/<pid>/fd/<n>
-    (the name kept, for the format; other processes of this machine, a local cluster's workers,
-    reach it too). A link swapped in after the check cannot redirect any later read. Where
-    there is no /proc the real path is checked and the file read by name."""
-    root = Path(reading.confine_to)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        real = os.readlink(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") else os.path.realpath(path)
-        if not Path(real).is_relative_to(root):
-            raise InputError(display, "a link that leads outside the data root")
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputError(display, "not a regular file")
-        if not os.path.isdir("/proc/self/fd"):
-            os.close(fd)
-            return path
-        with _pin_lock:
-            reading.pinned.append(fd)
-            holder = Path(reading.tmpdir) / "pinned" / str(len(reading.pinned))
-        holder.mkdir(parents=True)
-        (holder / path.name).symlink_to(f"/proc/{os.getpid()}/fd/{fd}")
-        return holder / path.name
-    except BaseException:
-        if fd not in (reading.pinned or []):
-            os.close(fd)
-        raise
 
 
 def collect(paths: list, tmpdir: str, limits: Limits,
