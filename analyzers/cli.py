@@ -271,7 +271,13 @@ def _events_root(args) -> str | None:
     from analyzers.partitions import root_for
     from analyzers.store import default_db_path
 
-    return root_for(getattr(args, "events_dir", None), getattr(args, "cluster", None), args.db or default_db_path())
+    from analyzers.partitions import root_problem
+
+    root = root_for(getattr(args, "events_dir", None), getattr(args, "cluster", None), args.db or default_db_path())
+    problem = root_problem(root, args.db or default_db_path())
+    if problem:
+        raise _UsageError(problem)
+    return root
 
 
 @contextlib.contextmanager
@@ -450,6 +456,9 @@ def _stored_report(con, run_id: str, args=None) -> dict[str, Any] | None:
     from analyzers.report import build_report
     from analyzers.store import read_only_reason
 
+    from analyzers.partitions import require_readable
+
+    require_readable(con, run_id)   # else its figures would be those of the other ranks only
     reason = read_only_reason(con)
     if reason is None:
         _purge_expired_trash(con)
@@ -556,6 +565,9 @@ def _cmd_top(con, args) -> int:
     if args.limit < 1:
         _say("error: --limit must be at least 1")
         return EXIT_NOTHING_LOADED
+    from analyzers.partitions import require_readable
+
+    require_readable(con, run_id)
     of_kind = args.of_kind or "kernels"
     top = queries.top_kernels if of_kind == "kernels" else queries.top_ops
     frame = top(con, run_id, rank=args.rank, limit=args.limit)
@@ -623,6 +635,7 @@ def _run_command(args) -> int:
     import duckdb
 
     from analyzers.store import StoreBusy, connect_waiting
+    from analyzers.partitions import PartitionsMissing
 
     try:
         con = connect_waiting(args.db, read_only=None)   # read-only where it cannot be written: reads still work
@@ -638,7 +651,7 @@ def _run_command(args) -> int:
         return EXIT_NOTHING_LOADED
     try:
         return COMMANDS[args.command](con, args)
-    except (_OutputError, _UsageError) as exc:
+    except (_OutputError, _UsageError, PartitionsMissing) as exc:
         _say(f"error: {exc}")
         return EXIT_NOTHING_LOADED
     except BrokenPipeError:

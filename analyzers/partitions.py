@@ -60,6 +60,22 @@ def _process_events_root() -> str:
     return folder
 
 
+def root_problem(root: str | None, db_path: str | os.PathLike) -> str | None:
+    """Why a store at db_path must not keep its events under root, or None: a root that lives
+    only as long as this process (memory://) for a store on disk, whose runs would outlive
+    their events; a URL carrying user:password@ (the catalogue would keep the secret)."""
+    if root is None:
+        return None
+    protocol = _protocol(str(root))
+    if protocol == "memory" and str(db_path) != ":memory:":
+        return (f"--events-dir {root}: a memory:// folder ends with this process, but the store keeps its runs; "
+                "give a folder or an object store (s3://bucket/td)")
+    if protocol is not None and "@" in str(root).split("://", 1)[1].split("/", 1)[0]:
+        return ("--events-dir: credentials in the URL (user:password@) are not used, and the store would keep "
+                "them: give them as the protocol's own settings")
+    return None
+
+
 def root_for(given: str | None, cluster_address: str | None, db_path: str | os.PathLike) -> str | None:
     """Where a load keeps its events: the root given, else $TRACEDOCTOR_EVENTS_DIR, else (its ranks
     being cluster tasks, which cannot write into the store file) beside the store; None: inside."""
@@ -251,6 +267,59 @@ def _readable(url: str) -> bool:
         return bool(filesystem(url).exists(url))
     except Exception:     # noqa: BLE001 (a missing package, no credentials, no network)
         return False
+
+
+def store_identity(con: duckdb.DuckDBPyConnection) -> str:
+    """Which store file this connection writes, as the file system knows it (device and inode):
+    a copy of the store is another file, so it never counts as the writer of the original's
+    partition files. An in-memory store: this process."""
+    path = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
+    try:
+        info = os.stat(path[0]) if path and path[0] else None
+    except OSError:
+        info = None
+    return f"file:{info.st_dev}:{info.st_ino}" if info else f"process:{os.getpid()}"
+
+
+def own_locations(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[str]:
+    """The partition files of these runs that this store wrote (a copy of a store shares the
+    original's files, and leaves them to it); files catalogued before writers were recorded count
+    as this store's."""
+    if not run_ids:
+        return []
+    try:
+        return [row[0] for row in con.execute(
+            "SELECT location FROM event_partitions WHERE list_contains($runs, run_id) "
+            "AND (written_by IS NULL OR written_by = $me) ORDER BY run_id, rank",
+            {"runs": run_ids, "me": store_identity(con)}).fetchall()]
+    except duckdb.CatalogException:
+        return []
+
+
+class PartitionsMissing(Exception):
+    """A run's partition files that cannot be read now: the message names the run, ranks and files."""
+
+
+def missing(con: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[int, str]]:
+    """(rank, location) of the run's partition files that are not there or cannot be read."""
+    try:
+        rows = con.execute("SELECT rank, location FROM event_partitions WHERE run_id = ? ORDER BY rank",
+                           [run_id]).fetchall()
+    except duckdb.CatalogException:
+        return []
+    return [(rank, loc) for rank, loc in rows
+            if not (os.path.isfile(loc) and os.access(loc, os.R_OK) if _protocol(loc) is None else _readable(loc))]
+
+
+def require_readable(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """PartitionsMissing unless every partition file of the run can be read: its figures would be
+    those of the other ranks only."""
+    gone = missing(con, run_id)
+    if gone:
+        ranks = ", ".join(str(rank) for rank, _ in gone)
+        files = ", ".join(loc for _, loc in gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+        raise PartitionsMissing(f"run {run_id}: the events of rank{'s' if len(gone) > 1 else ''} {ranks} cannot be "
+                                f"read ({files} missing or unreadable); put the files back, or delete the run")
 
 
 def remove_run_files(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:

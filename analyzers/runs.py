@@ -266,7 +266,7 @@ def purge_run(con: duckdb.DuckDBPyConnection, run_id: str, actor: str | None = N
     with _transaction(con):
         if not con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
             return False
-        files = partitions.locations(con, run_id)
+        files = partitions.own_locations(con, [run_id])   # a copy of the store leaves the original's files
         _remove_run_rows(con, run_id)
         record_audit(con, "purge", run_id, actor)
     partitions.remove_run_files(con, files)     # once the catalogue no longer names them
@@ -280,7 +280,7 @@ def purge_trash(con: duckdb.DuckDBPyConnection, older_than_days: float = TRASH_R
     with _transaction(con):
         expired = [r[0] for r in con.execute(
             "SELECT run_id FROM run_trash WHERE deleted_at <= ? ORDER BY run_id", [cutoff]).fetchall()]
-        files = [f for run_id in expired for f in partitions.locations(con, run_id)]
+        files = partitions.own_locations(con, expired)
         for run_id in expired:
             _remove_run_rows(con, run_id)
             record_audit(con, "purge", run_id, actor, f"in the trash for over {older_than_days:g} days")

@@ -68,6 +68,7 @@ CREATE TABLE IF NOT EXISTS event_partitions (
     location  VARCHAR NOT NULL,   -- a local path or an fsspec URL (memory://, s3://, ...)
     n_events  BIGINT,
     n_bytes   BIGINT,             -- the file's size
+    written_by VARCHAR,           -- the store file that wrote it (partitions.store_identity): only it deletes it
     PRIMARY KEY (run_id, rank)
 );
 

@@ -212,7 +212,7 @@ _RENAMED_COLUMNS = (("runs", "sha256", "content_hash"), ("ranks", "file_sha256",
 _ADDED_COLUMNS = (("runs", "analysis_version", "VARCHAR"), ("runs", "analysis_summary", "JSON"),
                   ("runs", "rank_table", "JSON"),
                   ("findings", "ranks", "INTEGER[]"), ("findings", "caused_by", "VARCHAR"),
-                  ("findings", "position", "INTEGER"))
+                  ("findings", "position", "INTEGER"), ("event_partitions", "written_by", "VARCHAR"))
 
 
 def _add_columns(con: duckdb.DuckDBPyConnection) -> None:

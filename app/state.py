@@ -277,6 +277,11 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
     with lease().write_lock, executor(address) as engine:
         runner = engine if address else None
         events_root = partitions.root_for(None, address, lease().path)
+        refused = partitions.root_problem(events_root, lease().path)
+        if refused:   # TRACEDOCTOR_EVENTS_DIR set to a root that ends with this process
+            return [{"run_id": None, "name": None, "reused": False, "files": [], "warnings": [], "findings": 0,
+                     "errors": [{"file": ", ".join(paths), "error": f"not loaded: {refused}"}],
+                     "analysis_error": None}]
         results = ingest_jobs(cur(), paths, name=name, progress=progress, events_root=events_root, runner=runner,
                               confine_to=confine_to)
         for number, result in enumerate(results, 1):
@@ -586,9 +591,31 @@ def page_start() -> str | None:
     (streamlit.testing runs a switched-to page without re-running the entry script).
     """
     run_id = sidebar_run_picker(ensure_samples_loaded())
-    if run_id is not None:
+    if run_id is not None and events_problem(run_id):
+        st.error(md(events_problem(run_id)), icon=":material/folder_off:")
+    elif run_id is not None:
         ensure_analysed(run_id)
     return run_id
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def _missing_partitions(path: str, run_id: str) -> list[tuple[int, str]]:
+    return partitions.missing(cur(), run_id)
+
+
+def events_problem(run_id: str) -> str | None:
+    """Why this run's events cannot be read now (a partition file deleted or unreadable), in a
+    sentence for the page (a team server's paths left out), or None. Checked again every 30 s."""
+    gone = _missing_partitions(str(lease().path), run_id)
+    if not gone:
+        return None
+    ranks = ", ".join(str(rank) for rank, _ in gone)
+    from app import auth
+
+    where = "" if auth.is_team_mode() else " (" + ", ".join(loc for _, loc in gone[:3]) + ")"
+    return (f"The events of rank{'s' if len(gone) > 1 else ''} {ranks} of this run cannot be read{where}: "
+            "their file is missing or unreadable, so this run's figures are not shown. Put the file back, or "
+            "delete the run (Manage runs).")
 
 
 def ensure_analysed(run_id: str) -> None:

@@ -116,6 +116,8 @@ where = where_text   # ranks · step · stream · window (analyzers.contract)
 def need_run() -> str | None:
     """The current run id, or a friendly pointer to the Load page (returns None then)."""
     run_id = state.page_start()
+    if run_id is not None and state.events_problem(run_id):
+        st.stop()   # said by page_start: no partial figures
     if run_id is None and may_load():
         st.info("No run loaded yet. Open **Load traces** to upload profiler traces "
                 "(one file per rank) or type a directory path.")

@@ -249,6 +249,65 @@ def test_a_missing_partition_file_spares_the_other_runs(tmp_path):
     con.close()
 
 
+def test_a_missing_or_unreadable_partition_is_a_named_error_in_every_command(tmp_path):
+    """A rank's Parquet file deleted (or unreadable): `analyze RUN_ID` and `top RUN_ID` exit 2
+    naming the run, the rank and the file, never a traceback, and `top` gives no partial table."""
+    db = str(tmp_path / "store.duckdb")
+    done = _cli("ingest", str(SAMPLES / "synthetic_all"), "--db", db, "--events-dir", str(tmp_path / "events"), "-q",
+                cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.split()[0]
+    con = connect(db)
+    gone = partitions.locations(con, run_id, 2)[0]
+    con.close()
+    os.remove(gone)
+    for command in (["analyze", run_id, "--format", "json"], ["top", run_id]):
+        done = _cli(*command, "--db", db, cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert f"run {run_id}" in done.stderr and "rank 2" in done.stderr and gone in done.stderr, done.stderr
+        assert done.stdout == ""
+
+
+def test_an_events_root_that_ends_with_the_process_is_refused(tmp_path):
+    """--events-dir memory://... for a store on disk: the runs would outlive their events; refused
+    with rc 2 before anything is stored."""
+    db = str(tmp_path / "store.duckdb")
+    done = _cli("ingest", str(SAMPLES / "cpu_dataloader_tuning_after"), "--db", db, "--events-dir", "memory://td/x",
+                cwd=tmp_path)
+    assert done.returncode == 2 and "memory://" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    con = connect(db)
+    try:
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    finally:
+        con.close()
+
+
+def test_a_copy_of_a_store_never_deletes_the_originals_partition_files(tmp_path):
+    """A store file copied (a backup, a colleague's copy) shares its runs' partition files: purging a
+    run in the copy leaves them, and the original still analyses that run."""
+    import shutil
+
+    original = str(tmp_path / "store.duckdb")
+    con = connect(original)
+    run_id = ingest_paths(con, [str(SAMPLES / "cpu_balanced_sampler_before")],
+                          events_root=str(tmp_path / "events")).run_id
+    files = partitions.locations(con, run_id)
+    con.close()
+    copy = str(tmp_path / "copy.duckdb")
+    shutil.copy(original, copy)
+    con = connect(copy)
+    assert purge_run(con, run_id)
+    con.close()
+    assert all(os.path.isfile(f) for f in files)
+    con = connect(original)
+    try:
+        analyze_run(con, run_id)
+        assert purge_run(con, run_id)          # the store that wrote them deletes them
+    finally:
+        con.close()
+    assert not any(os.path.exists(f) for f in files)
+
+
 def test_traces_read_from_a_url(tmp_path):
     """A folder or file given as an fsspec URL (here fsspec's memory filesystem, as an S3 bucket
     would be) loads as the same run as the local files, named as a local load names them."""
@@ -362,8 +421,9 @@ def test_a_store_with_unreadable_partitions_still_opens(tmp_path):
     db = str(tmp_path / "store.duckdb")
     con = connect(db)
     embedded = ingest_paths(con, [str(SAMPLES / "synthetic_control")]).run_id
-    con.execute("INSERT INTO event_partitions VALUES ('elsewhere', 0, 'memory://no-such-bucket/x.parquet', 1, 1)")
-    con.execute("INSERT INTO event_partitions VALUES ('elsewhere', 1, 'nosuchprotocol://b/x.parquet', 1, 1)")
+    columns = "(run_id, rank, location, n_events, n_bytes)"
+    con.execute(f"INSERT INTO event_partitions {columns} VALUES ('elsewhere', 0, 'memory://no-such-bucket/x.parquet', 1, 1)")
+    con.execute(f"INSERT INTO event_partitions {columns} VALUES ('elsewhere', 1, 'nosuchprotocol://b/x.parquet', 1, 1)")
     con.close()
     con = connect(db)
     assert con.execute("SELECT count(*) FROM events WHERE run_id = ?", [embedded]).fetchone()[0] > 0

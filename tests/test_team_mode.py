@@ -5,6 +5,7 @@ the store cannot be used or a run has gone."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import time
 from pathlib import Path
@@ -345,6 +346,27 @@ def test_a_link_swapped_in_after_the_root_check_reads_nothing_outside(tmp_path, 
     assert any("a link that leads outside the data root" in plain(e.value) for e in at.error), \
         [e.value for e in at.error]
     assert not at.success and not any("Loaded run" in s.value for s in at.success)
+
+
+def test_a_run_whose_partition_file_is_gone_is_a_note_not_figures(tmp_path, tokens, monkeypatch):
+    """A rank's Parquet file deleted under a team server: the run's pages say which rank cannot be
+    read (no server path), show none of its figures, and raise nothing."""
+    from analyzers import partitions
+    from analyzers.ingest import ingest_paths
+
+    db = tmp_path / "s.duckdb"
+    con = connect(db)
+    run_id = ingest_paths(con, [str(Path(HOME).parents[1] / "sample_traces" / "cpu_balanced_sampler_before")],
+                          events_root=str(tmp_path / "events")).run_id
+    os.remove(partitions.locations(con, run_id, 1)[0])
+    con.close()
+    at = sign_in(monkeypatch, db, tokens[auth.VIEWER], run_id=run_id)
+    for page in ("views/overview.py", "views/findings.py", "views/ranks.py"):
+        at = goto(at, page)
+        assert not at.exception, [e.value for e in at.exception]
+        assert any("rank 1 of this run cannot be read" in plain(e.value) for e in at.error), [e.value for e in at.error]
+        assert str(tmp_path) not in texts(at)
+        assert not at.get("plotly_chart") and not at.dataframe
 
 
 def test_local_mode_reads_any_path_as_before(tmp_path, monkeypatch):

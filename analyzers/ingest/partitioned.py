@@ -264,6 +264,7 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name:
 
 def _commit(con: duckdb.DuckDBPyConnection, run_id: str, full_hash: str, name: str, source: str,
             size: int | None, located: list) -> None:
+    writer = partitions.store_identity(con)
     con.execute("BEGIN TRANSACTION")
     try:
         for item, outcome, target in located:
@@ -271,8 +272,9 @@ def _commit(con: duckdb.DuckDBPyConnection, run_id: str, full_hash: str, name: s
             con.execute(f"INSERT INTO ranks (run_id, rank, {', '.join(_RANK_COLUMNS)}) "
                         f"VALUES (?, ?{', ?' * len(_RANK_COLUMNS)})",
                         [run_id, item.rank, *(row[c] for c in _RANK_COLUMNS)])
-            con.execute("INSERT INTO event_partitions (run_id, rank, location, n_events, n_bytes) VALUES (?, ?, ?, ?, ?)",
-                        [run_id, item.rank, target, outcome.n_events, outcome.n_bytes])
+            con.execute("INSERT INTO event_partitions (run_id, rank, location, n_events, n_bytes, written_by) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        [run_id, item.rank, target, outcome.n_events, outcome.n_bytes, writer])
         core.insert_run_row(con, run_id, name, source, full_hash, size)
         con.execute("COMMIT")
     except BaseException:

@@ -30,6 +30,9 @@ if (before, after) == (pair.before, pair.after):
     st.caption(f"Opened on {pair.reason}. Pick any two runs above.")
 
 for run_id in (before, after):   # the run picked in the sidebar was checked by page_start; the other may not be
+    if state.events_problem(run_id):
+        st.error(ui.md(state.events_problem(run_id)), icon=":material/folder_off:")
+        st.stop()
     state.ensure_analysed(run_id)
 comparison = queries.compare_runs(state.cur(), before, after)
 steps = comparison["steps"].set_index("run")
