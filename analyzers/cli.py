@@ -54,6 +54,23 @@ def _add_scale(parser: argparse.ArgumentParser) -> None:
                              "processes here, else a scheduler address (tcp://host:8786); needs dask[distributed]")
 
 
+MAX_TOP_ROWS = 1_000_000
+
+
+def _bounded_int(low: int, high: int):
+    """An argparse type: an integer from low to high (else argparse's usage error, exit 2)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is not between {low:,} and {high:,}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     from analyzers.runs import TRASH_RETENTION_DAYS
     from analyzers.thresholds import MIN_FINDING_PCT
@@ -109,8 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--kernels", dest="of_kind", action="store_const", const="kernels",
                       help="GPU kernels by total time (the default)")
     what.add_argument("--ops", dest="of_kind", action="store_const", const="ops", help="CPU ops by self time")
-    p.add_argument("--rank", type=int, metavar="R", help="one rank only (default: all ranks summed)")
-    p.add_argument("--limit", type=int, default=20, metavar="N", help="rows to show (default 20)")
+    p.add_argument("--rank", type=_bounded_int(0, 2**31 - 1), metavar="R", help="one rank only (default: all ranks summed)")
+    p.add_argument("--limit", type=_bounded_int(1, MAX_TOP_ROWS), default=20, metavar="N",
+                   help=f"rows to show (default 20, at most {MAX_TOP_ROWS:,})")
     p.add_argument("--json", action="store_true", help="JSON on stdout instead of a table")
     _add_db(p)
     return parser
@@ -331,7 +349,10 @@ def _cmd_ingest(con, args) -> int:
         from analyzers.ingest.jobs import MIXED_JOBS
         from analyzers.queries import run_info
 
-        _say(f"note: {MIXED_JOBS.format(n=len(results))}: stored as {len(loaded)} runs, one per job:")
+        failed = len(results) - len(loaded)
+        stored = f"{len(loaded)} run{'s' if len(loaded) != 1 else ''}"
+        _say(f"note: {MIXED_JOBS.format(n=len(results))}: stored as {stored}, one per job"
+             + (f" ({failed} job{'s' if failed != 1 else ''} not loaded: see the errors above)" if failed else "") + ":")
         for result in loaded:
             _say(f"  {result.run_id}  {(run_info(con, result.run_id) or {}).get('name', '')} "
                  f"({len(result.files)} file(s))")
@@ -561,9 +582,6 @@ def _cmd_top(con, args) -> int:
         return EXIT_NOTHING_LOADED
     run_id = _unique_match(matching_run_ids(con, wanted), wanted, f"no stored run '{wanted}'")
     if run_id is None:
-        return EXIT_NOTHING_LOADED
-    if args.limit < 1:
-        _say("error: --limit must be at least 1")
         return EXIT_NOTHING_LOADED
     from analyzers.partitions import require_readable
 

@@ -43,14 +43,23 @@ def store_not_writable(db_path: str | os.PathLike) -> str | None:
     path = Path(db_path)
     if str(db_path) == ":memory:":
         return None
-    if path.exists() and not os.access(path, os.W_OK):
-        return f"the store file {path} is read-only (no write permission)"
     folder = path.parent
     while not folder.exists() and folder != folder.parent:   # the folders connect() would create
         folder = folder.parent
+    if _on_read_only_mount(folder):
+        return f"the store {path} is on a read-only file system"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"the store file {path} is read-only (no write permission)"
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"the folder of the store, {folder}, is read-only (no write permission)"
     return None
+
+
+def _on_read_only_mount(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):   # no statvfs (Windows): the permission checks say it
+        return False
 
 
 def connect(db_path: str | os.PathLike | None = None, read_only: bool | None = False,

@@ -302,3 +302,49 @@ def test_ingest_leaves_the_run_unanalysed_and_analyze_marks_it_current(tmp_path)
         assert con.execute("SELECT analysis_version FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == ANALYSIS_VERSION
     finally:
         con.close()
+
+
+def test_top_with_a_number_no_query_takes_is_a_usage_error(tmp_path):
+    """`top --limit 99999999999999999999` (or such a --rank): argparse's usage error, exit 2, no traceback."""
+    db = tmp_path / "s.duckdb"
+    trace = tmp_path / "r0.json"
+    trace.write_text(json.dumps(_trace(0, 1, kernel_us=50.0, gap_us=10.0)))
+    run_id = run_cli("ingest", str(trace), "-q", db=db).stdout.split()[0]
+    for option in ("--limit", "--rank"):
+        done = run_cli("top", run_id, option, "99999999999999999999", db=db)
+        assert done.returncode == 2 and "Traceback" not in done.stderr and "not between" in done.stderr, done.stderr
+
+
+def test_a_store_on_a_read_only_mount_is_said_to_be_on_one(tmp_path):
+    """A store on a file system mounted read-only is not blamed on permissions."""
+    import shutil
+
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    db = mount / "s.duckdb"
+    trace = tmp_path / "r0.json"
+    trace.write_text(json.dumps(_trace(0, 1, kernel_us=50.0, gap_us=10.0)))
+    if shutil.which("mount") is None or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    try:
+        assert run_cli("ingest", str(trace), "-q", db=db).returncode == 0
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        done = run_cli("ingest", str(trace), db=db)
+        assert done.returncode == 2 and "read-only file system" in done.stderr, done.stderr
+        assert "no write permission" not in done.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_split_ingest_counts_only_the_runs_it_stored(tmp_path):
+    """Two jobs (a dated trace, and an undated file that is no trace), one of which fails to load:
+    "stored as 1 run, one per job (1 job not loaded ...)", not "stored as 1 runs"."""
+    good = tmp_path / "all" / "a" / "rank0.json"
+    good.parent.mkdir(parents=True)
+    good.write_text(json.dumps(_trace(0, 1, kernel_us=50.0, gap_us=10.0)))
+    (tmp_path / "all" / "b").mkdir()
+    (tmp_path / "all" / "b" / "rank0.json").write_text('{"traceEvents": [1, 2, 3]}')
+    done = run_cli("ingest", str(tmp_path / "all"), db=tmp_path / "s.duckdb")
+    assert done.returncode == 0, done.stderr
+    assert "stored as 1 run, one per job (1 job not loaded" in done.stderr, done.stderr

@@ -201,13 +201,15 @@ def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progre
                    key=lambda item: item.rank)
     for item in items:
         predict_timestamps(item)
-    run_name = utf8_text(name if job_name else (name or default_name(_loaded_inputs(paths, items) or paths)))
+    def run_name_of(kept: list[_RankInput]) -> str:   # named after the inputs that loaded, not those refused
+        return utf8_text(name if job_name else (name or default_name(_loaded_inputs(paths, kept) or paths)))
+    run_name = run_name_of(items)
     source_text = utf8_text(" ".join(redact_url(str(p)) for p in paths))
     if events_root is not None and items:
         from ..cluster import InProcess
         from .partitioned import write_partitioned_job
 
-        return write_partitioned_job(con, items, run_name, source_text, errors, warnings, progress, limits,
+        return write_partitioned_job(con, items, run_name_of, source_text, errors, warnings, progress, limits,
                                      events_root, runner or InProcess(), prepared, restore_trashed)
     together = True
     conflicts = 0
@@ -225,6 +227,7 @@ def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progre
             if not next_attempt(failure):
                 errors.append(FileError(failure.item.source.display, failure.message))
                 items = [i for i in items if i is not failure.item]
+                run_name = run_name_of(items)
             continue
         except _DiskFull as full:
             return IngestResult(None, errors + [FileError(i.source.display, str(full)) for i in items], warnings)

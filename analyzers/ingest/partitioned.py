@@ -187,13 +187,14 @@ def parse_before_planning(files: list[RankFile], errors: list[FileError], progre
     return [f for f in files if id(f) not in dropped], prepared, staging
 
 
-def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name: str, source_text: str,
+def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name, source_text: str,
                           errors: list[FileError], warnings: list[FileError], progress: Progress | None,
                           limits: Limits, root: str, runner,
                           prepared: dict[int, RankIngestOutcome] | None = None,
                           restore_trashed: bool = True) -> IngestResult:
     """One job's planned rank files -> a run whose events are Parquet partitions under `root`;
-    prepared: files parse_before_planning parsed already (by id of their RankFile)."""
+    prepared: files parse_before_planning parsed already (by id of their RankFile). run_name: the
+    run's name, or a function giving it for the files that loaded (a file that failed is not counted)."""
     from .ranks import world_size
 
     root = partitions.normalize_root(root)
@@ -247,7 +248,7 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name:
             moved.append(target)
             located.append((item, outcome, target))
         try:
-            _commit(con, run_id, full_hash, run_name, source_text, world_size([i.layout.meta for i, _ in kept]),
+            _commit(con, run_id, full_hash, run_name(items) if callable(run_name) else run_name, source_text, world_size([i.layout.meta for i, _ in kept]),
                     located)
         except (duckdb.ConstraintException, duckdb.TransactionException) as exc:
             # the same files ingested at the same moment elsewhere, committed first: theirs is the run

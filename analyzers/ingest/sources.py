@@ -665,6 +665,38 @@ def fetch_url(url: str, into: Path, limits: Limits) -> Path:
     return target
 
 
+_pin_lock = threading.Lock()
+
+
+def _pin(path: Path, display: str, reading: _Reading) -> Path:
+    """path opened once and checked to lie under reading.confine_to, given back as a path that
+    reaches that opened file only: a link in this ingest's own directory to /proc/<pid>/fd/<n>
+    (the name kept, for the format; other processes of this machine, a local cluster's workers,
+    reach it too). A link swapped in after the check cannot redirect any later read. Where
+    there is no /proc the real path is checked and the file read by name."""
+    root = Path(reading.confine_to)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") else os.path.realpath(path)
+        if not Path(real).is_relative_to(root):
+            raise InputError(display, "a link that leads outside the data root")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(display, "not a regular file")
+        if not os.path.isdir("/proc/self/fd"):
+            os.close(fd)
+            return path
+        with _pin_lock:
+            reading.pinned.append(fd)
+            holder = Path(reading.tmpdir) / "pinned" / str(len(reading.pinned))
+        holder.mkdir(parents=True)
+        (holder / path.name).symlink_to(f"/proc/{os.getpid()}/fd/{fd}")
+        return holder / path.name
+    except BaseException:
+        if fd not in (reading.pinned or []):
+            os.close(fd)
+        raise
+
+
 def collect(paths: list, tmpdir: str, limits: Limits,
             progress: Callable[[str, str, float], None] | None = None,
             threads: int = 1, defer_plain_hash: bool = False,
