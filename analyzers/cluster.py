@@ -26,6 +26,14 @@ TASK_THREADS_ENV_VAR = "TRACEDOCTOR_TASK_THREADS"
 # killer, say) before the task counts as lost (Dask's distributed.scheduler.allowed-failures;
 # a scheduler given by address keeps its own setting, 3 by default)
 TASK_RETRIES = 2
+# How long a scheduler given by address has to answer (a service that is no Dask scheduler may
+# never answer, or answer bytes Dask reads as a message of exabytes)
+CONNECT_TIMEOUT_S = 15
+
+
+def max_local_workers() -> int:
+    """The most worker processes local:N starts: two per core (each runs one task at a time)."""
+    return 2 * (os.cpu_count() or 1)
 
 
 def task_connection():
@@ -87,7 +95,7 @@ class DaskCluster:
                 raise
             self.description = f"a local Dask cluster of {workers} worker process{'es' if workers != 1 else ''}"
         else:
-            self.client = Client(address, timeout="30s")
+            self.client = _connect(address, CONNECT_TIMEOUT_S)
             self.description = f"the Dask cluster at {address}"
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any],
@@ -144,6 +152,31 @@ class DaskCluster:
                 self._cluster.close()
 
 
+def _connect(address: str, seconds: float):
+    """A Client of the scheduler at address, or ConnectionError once it has not answered as one
+    within `seconds` (Dask's own timeout does not bound a peer that accepts and then says nothing)."""
+    import threading
+
+    from distributed import Client
+
+    outcome: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            outcome["client"] = Client(address, timeout=f"{seconds}s")
+        except BaseException as exc:   # noqa: BLE001 (MemoryError included: a peer that is no scheduler)
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=attempt, name="tracedoctor-dask-connect", daemon=True)
+    thread.start()
+    thread.join(seconds + 5)
+    if "client" in outcome:
+        return outcome["client"]
+    why = f" ({type(outcome['error']).__name__})" if "error" in outcome else ""
+    raise ConnectionError(f"no Dask scheduler answered at {address} within {seconds:g} s{why}: is it a Dask "
+                          "scheduler's address (tcp://host:8786)?")
+
+
 def check_address(address: str) -> str | None:
     """Why `address` cannot name a cluster, or None: local:N, or a scheduler address."""
     text = address.strip()
@@ -152,6 +185,9 @@ def check_address(address: str) -> str | None:
     local = _LOCAL.match(text)
     if text.startswith("local:") and (not local or int(local.group(1)) < 1):
         return f"--cluster {text!r}: local:N needs a number of workers N >= 1"
+    if local and int(local.group(1)) > max_local_workers():
+        return (f"--cluster {text!r}: at most {max_local_workers()} local workers on this machine "
+                f"({os.cpu_count() or 1} cores, two each)")
     return None
 
 

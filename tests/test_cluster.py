@@ -229,6 +229,39 @@ def test_cli_bad_cluster_address_is_refused(tmp_path):
     assert done.returncode == 2 and "local:N needs a number of workers" in done.stderr
 
 
+def test_a_cluster_address_that_is_no_scheduler_or_too_many_workers_is_refused(tmp_path):
+    """A service that answers bytes no Dask scheduler sends (Dask would read them as a message of
+    exabytes), and local:N far past the machine's cores: exit 2 with one line, promptly, no traceback."""
+    import socket
+    import threading
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer_junk() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.sendall(b"\xff" * 64)
+
+    threading.Thread(target=answer_junk, daemon=True).start()
+    try:
+        started = time.monotonic()
+        done = _cli("ingest", str(SAMPLES / "cpu_dataloader_tuning_after"), "--db", str(tmp_path / "x.duckdb"),
+                    "--cluster", f"tcp://127.0.0.1:{listener.getsockname()[1]}", cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "no Dask scheduler answered" in done.stderr and time.monotonic() - started < 60
+    finally:
+        listener.close()
+    done = _cli("ingest", str(SAMPLES / "cpu_dataloader_tuning_after"), "--db", str(tmp_path / "x.duckdb"),
+                "--cluster", "local:100000", cwd=tmp_path)
+    assert done.returncode == 2 and "local workers on this machine" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_a_missing_partition_file_spares_the_other_runs(tmp_path):
     """A partition file deleted by hand: the other runs of the store still read; that run's
     analysis says which file is missing."""
