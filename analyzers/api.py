@@ -23,14 +23,14 @@ class AnalysisOutcome:
 
 def ingest_and_analyze(con: duckdb.DuckDBPyConnection, paths: Iterable[str | os.PathLike],
                        name: str | None = None, progress: ProgressCallback | None = None,
-                       events_root: str | None = None, runner=None) -> AnalysisOutcome:
+                       events_root: str | None = None, runner=None, actor: str | None = None) -> AnalysisOutcome:
     """Ingest the files as one run (or reuse the identical stored run), analyse it, build its report.
     events_root: keep its events as Parquet partitions there; runner: an analyzers.cluster executor
-    for the per-rank ingest and analyses (default: this process)."""
+    for the per-rank ingest and analyses (default: this process); actor: who the audit log names."""
     from analyzers.ingest import ingest_paths
 
     result = ingest_paths(con, [str(p) for p in paths], name=name, progress=progress, events_root=events_root,
-                          runner=runner)
+                          runner=runner, actor=actor)
     if result.run_id is None:
         return AnalysisOutcome(ingest=result, report=None, errors=list(result.errors))
     report = analyze_stored_run(con, result.run_id, errors=result.errors + result.warnings, progress=progress,

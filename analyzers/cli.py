@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import getpass
 import json
 import math
 import os
@@ -206,12 +205,16 @@ def _bad_name(name: str | None) -> bool:
 
 
 def _actor() -> str:
-    """Who runs the command, for the audit log: the OS user, else 'cli'."""
+    """Who runs the command, for the audit log: the OS account of the process's user id (never
+    $LOGNAME or $USER, which anyone sets), else 'uid N'."""
+    import pwd
+
+    uid = os.geteuid()
     try:
-        user = getpass.getuser()
-    except Exception:   # no user name in the environment nor the password database (a bare container)
-        return "cli"
-    return user if user and is_utf8_text(user) else "cli"
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:   # no account for this uid (a bare container)
+        return f"uid {uid}"
+    return user if user and is_utf8_text(user) else f"uid {uid}"
 
 
 def _purge_expired_trash(con) -> None:
@@ -337,7 +340,7 @@ def _cmd_ingest(con, args) -> int:
         return EXIT_NOTHING_LOADED
     with _progress(args) as progress, _runner(args) as runner:
         results = ingest_jobs(con, args.paths, name=args.name, progress=progress, events_root=_events_root(args),
-                              runner=runner)
+                              runner=runner, actor=_actor())
     for result in results:
         _print_problems(result.errors)
         _print_problems(result.warnings, "warning")
@@ -526,7 +529,7 @@ def _cmd_analyze(con, args) -> int:
             return EXIT_NOTHING_LOADED
         with _progress(args) as progress, _runner(args) as runner:
             outcome = ingest_and_analyze(con, args.paths, name=args.name, progress=progress,
-                                         events_root=_events_root(args), runner=runner)
+                                         events_root=_events_root(args), runner=runner, actor=_actor())
         _print_problems(outcome.errors)
         from analyzers.ingest.jobs import is_mixed_jobs_refusal
 

@@ -126,7 +126,7 @@ CREATE TABLE IF NOT EXISTS run_trash (
 CREATE TABLE IF NOT EXISTS audit_log (
     "at"        TIMESTAMP NOT NULL,  -- UTC ("at" is a keyword: always quoted)
     actor       VARCHAR,             -- NULL: unknown
-    action      VARCHAR NOT NULL,    -- ingest | upload | load_path | rename | tags | notes | mark | unmark | delete | restore | purge
+    action      VARCHAR NOT NULL,    -- ingest | upload | load_path | load_path_refused | reanalyse | rename | tags | notes | mark | unmark | delete | restore | purge
     run_id      VARCHAR,
     detail      VARCHAR              -- the new name, tags or note, the finding marked, why a run was purged
 );

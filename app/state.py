@@ -283,7 +283,7 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
                      "errors": [{"file": ", ".join(paths), "error": f"not loaded: {refused}"}],
                      "analysis_error": None}]
         results = ingest_jobs(cur(), paths, name=name, progress=progress, events_root=events_root, runner=runner,
-                              confine_to=confine_to)
+                              confine_to=confine_to, actor=audit[1] if audit else None)
         for number, result in enumerate(results, 1):
             if audit is not None:
                 action, actor, detail = audit
@@ -323,14 +323,22 @@ def load_placement(show_paths: bool = True) -> str | None:
     return said + f"; each rank is parsed and analysed as a task on the Dask cluster{f' {address}' if show_paths else ''}."
 
 
-def reanalyze(run_id: str) -> None:
+def reanalyze(run_id: str, actor: str | None = None, why: str | None = None) -> None:
+    """Analyse the run again, recorded in the audit log as `reanalyse` by actor (why: the detail)."""
     from analyzers.cluster import CLUSTER_ENV_VAR, executor
     from analyzers.findings import analyze_run
 
     address = os.environ.get(CLUSTER_ENV_VAR) or None
     with lease().write_lock, executor(address if partitions.locations(cur(), run_id) else None) as engine:
         analyze_run(cur(), run_id, runner=engine if address else None)
+        run_store.record_audit(cur(), "reanalyse", run_id, actor, why)
     st.cache_data.clear()
+
+
+def record_refusal(action: str, actor: str | None, detail: str) -> None:
+    """An audit log line for a request refused (a path outside the data root): who asked what."""
+    with lease().write_lock:
+        run_store.record_audit(cur(), action, None, actor, detail)
 
 
 def write(action: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -632,7 +640,9 @@ def ensure_analysed(run_id: str) -> None:
         return
     with st.spinner("Analysing this run (its findings are missing or from an older version)…"):
         try:
-            reanalyze(run_id)
+            from app import auth
+
+            reanalyze(run_id, auth.actor(), "its findings were missing or from an older version")
         except Exception as exc:
             failed[run_id] = str(exc)
             st.error(f"The analysis of this run failed: {md(str(exc))}", icon=":material/error:")

@@ -201,9 +201,13 @@ def test_output_piped_into_head_ends_quietly(job, tmp_path):
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
 
 
-def test_delete_moves_the_run_to_the_trash_and_restore_brings_it_back(job, tmp_path):
-    import getpass
+def _os_user() -> str:
+    import pwd
 
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def test_delete_moves_the_run_to_the_trash_and_restore_brings_it_back(job, tmp_path):
     from analyzers.runs import audit_log
     from analyzers.store import connect
 
@@ -213,7 +217,7 @@ def test_delete_moves_the_run_to_the_trash_and_restore_brings_it_back(job, tmp_p
     assert deleted.returncode == 0 and f"python -m analyzers restore {run_id}" in deleted.stdout
     assert json.loads(run_cli("runs", "--format", "json", db=db).stdout) == []
     trashed = json.loads(run_cli("trash", "--format", "json", db=db).stdout)
-    assert [(t["run_id"], t["deleted_by"]) for t in trashed] == [(run_id, getpass.getuser())]
+    assert [(t["run_id"], t["deleted_by"]) for t in trashed] == [(run_id, _os_user())]
     assert run_id in run_cli("trash", db=db).stdout
     again = run_cli("delete", run_id, db=db)
     assert again.returncode == 2 and "already in the trash" in again.stderr
@@ -232,7 +236,7 @@ def test_delete_moves_the_run_to_the_trash_and_restore_brings_it_back(job, tmp_p
         actions = [(r["action"], r["actor"]) for r in audit_log(con)]
     finally:
         con.close()
-    user = getpass.getuser()
+    user = _os_user()
     assert actions == [("purge", user), ("restore", user), ("delete", user), ("ingest", user)]
 
 
@@ -348,3 +352,26 @@ def test_a_split_ingest_counts_only_the_runs_it_stored(tmp_path):
     done = run_cli("ingest", str(tmp_path / "all"), db=tmp_path / "s.duckdb")
     assert done.returncode == 0, done.stderr
     assert "stored as 1 run, one per job (1 job not loaded" in done.stderr, done.stderr
+
+
+def test_the_audit_actor_is_the_os_account_and_a_restore_by_ingest_names_it(job, tmp_path):
+    """$LOGNAME/$USER (anyone sets them) do not name the actor; files of a trashed run ingested
+    again restore it under the same name, not NULL."""
+    from analyzers.runs import audit_log
+    from analyzers.store import connect
+
+    db = tmp_path / "store.duckdb"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LOGNAME": "mallory", "USER": "mallory"}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "analyzers", *args, "--db", str(db)], capture_output=True,
+                              text=True, cwd=REPO, env=env, timeout=300)
+    run_id = cli("ingest", str(job), "-q").stdout.strip()
+    assert cli("delete", run_id).returncode == 0
+    assert cli("ingest", str(job), "-q").stdout.strip() == run_id
+    con = connect(db)
+    try:
+        actions = [(r["action"], r["actor"]) for r in audit_log(con)]
+    finally:
+        con.close()
+    assert ("restore", _os_user()) in actions and all(actor == _os_user() for _, actor in actions), actions

@@ -144,6 +144,28 @@ def test_a_maintainer_deletes_restores_and_reads_the_audit_log(hand_built, token
     assert rows == [("restore", MAINTAINER_TOKEN_USER), ("delete", MAINTAINER_TOKEN_USER)]
 
 
+def test_re_analyses_and_refused_path_probes_are_in_the_audit_log(hand_built, tokens, monkeypatch, tmp_path):
+    root = tmp_path / "data"
+    root.mkdir()
+    monkeypatch.setenv("TRACEDOCTOR_DATA_ROOT", str(root))
+    at = goto(sign_in(monkeypatch, hand_built, tokens[auth.MAINTAINER], run_id=AFTER_RUN), "views/runs.py")
+    [b for b in at.button if b.label == "Re-analyse"][0].click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    load_path(goto(at, "views/load.py"), "/etc/passwd")
+    from analyzers.runs import audit_log
+
+    con = connect(hand_built)
+    try:
+        rows = [(r["action"], r["actor"], r["run_id"]) for r in audit_log(con)[:2]]
+        detail = audit_log(con)[0]["detail"]
+    finally:
+        con.close()
+    assert rows == [("load_path_refused", MAINTAINER_TOKEN_USER, None),
+                    ("reanalyse", MAINTAINER_TOKEN_USER, AFTER_RUN)], rows
+    assert "/etc/passwd" in detail
+
+
 def test_team_mode_misconfigured_says_so_and_keeps_the_details_in_the_log(hand_built, tmp_path, monkeypatch,
                                                                           caplog):
     """Every visitor reads this page before signing in: the reason (a file's path, an errno)

@@ -63,32 +63,35 @@ class _ParseFailure(Exception):
 def ingest_paths(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
                  progress: Progress | None = None, limits: Limits | None = None,
                  events_root: str | None = None, runner=None, restore_trashed: bool = True,
-                 confine_to: str | None = None) -> IngestResult:
+                 actor: str | None = None, confine_to: str | None = None) -> IngestResult:
     """Load the rank files of one job as one run; files of several jobs are refused, naming the
     jobs (ingest_jobs stores one run per job). See analyzers/ingest/__init__.py.
     events_root: keep the run's events as Parquet partitions there (analyzers/partitions.py), each
     rank parsed as a task of `runner` (analyzers/cluster.py; default: in this process).
     restore_trashed: files of a run in the trash bring it back (False: it stays there, and the
-    result has no run id; the dashboard's sample runs, which nobody asked for again).
+    result has no run id; the dashboard's sample runs, which nobody asked for again); actor: who
+    the audit log names for that restore.
     confine_to: read only files under this directory (a team server's data root), each opened
     once and read through that descriptor (sources.collect), so no link swapped in leads out."""
     return _ingest_call(con, paths, name, progress, limits, split=False, events_root=events_root,
-                        runner=runner, restore_trashed=restore_trashed, confine_to=confine_to)[0]
+                        runner=runner, restore_trashed=restore_trashed, actor=actor, confine_to=confine_to)[0]
 
 
 def ingest_jobs(con: duckdb.DuckDBPyConnection, paths, name: str | None = None,
                 progress: Progress | None = None, limits: Limits | None = None,
-                events_root: str | None = None, runner=None, confine_to: str | None = None) -> list[IngestResult]:
+                events_root: str | None = None, runner=None, confine_to: str | None = None,
+                actor: str | None = None) -> list[IngestResult]:
     """Load the rank files given as one run per job they come from (analyzers/ingest/jobs.py):
     usually one; for a parent folder of unrelated jobs one each, named after its folder (after
     `name` when given). Files that fail, and warnings about the input, come with the first.
-    confine_to: as in ingest_paths."""
+    confine_to, actor: as in ingest_paths."""
     return _ingest_call(con, paths, name, progress, limits, split=True, events_root=events_root, runner=runner,
-                        confine_to=confine_to)
+                        confine_to=confine_to, actor=actor)
 
 
 def _ingest_call(con, paths, name, progress, limits, split: bool, events_root: str | None = None,
-                 runner=None, restore_trashed: bool = True, confine_to: str | None = None) -> list[IngestResult]:
+                 runner=None, restore_trashed: bool = True, actor: str | None = None,
+                 confine_to: str | None = None) -> list[IngestResult]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = list(paths)
@@ -102,7 +105,7 @@ def _ingest_call(con, paths, name, progress, limits, split: bool, events_root: s
     try:
         with ingest_temp_dir() as tmpdir:
             return _ingest(con, paths, name, progress, limits, tmpdir, split, events_root, runner, restore_trashed,
-                           confine_to, pinned)
+                           confine_to, pinned, actor=actor)
     except TempDirUnusable as exc:
         return [IngestResult(None, [FileError(str(p), exc.message) for p in paths])]
     finally:
@@ -116,8 +119,8 @@ class _DiskFull(Exception):
 
 
 def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root=None, runner=None,
-            restore_trashed: bool = True, confine_to: str | None = None, pinned: list[int] | None = None
-            ) -> list[IngestResult]:
+            restore_trashed: bool = True, confine_to: str | None = None, pinned: list[int] | None = None,
+            actor: str | None = None) -> list[IngestResult]:
     # a cluster's tasks hash plain files as they parse them: the driver reads only their heads
     defer_hash = events_root is not None and getattr(runner, "hashes_in_tasks", False)
     files, errors = collect(paths, tmpdir, limits, teller(progress) if progress else None, threads=_threads(con),
@@ -131,7 +134,7 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root
         files, prepared, staging = parse_before_planning(files, errors, progress, limits, events_root, runner)
     try:
         return _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_root, runner, files, errors,
-                               warnings, prepared, restore_trashed)
+                               warnings, prepared, restore_trashed, actor)
     finally:
         if staging is not None:
             from .. import partitions
@@ -140,7 +143,7 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root
 
 
 def _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_root, runner, files, errors,
-                    warnings, prepared, restore_trashed: bool = True) -> list[IngestResult]:
+                    warnings, prepared, restore_trashed: bool = True, actor: str | None = None) -> list[IngestResult]:
     files = _drop_repeated_content(files, warnings)
     scanned: list[tuple[RankFile, Layout]] = []
     for source in files:
@@ -168,7 +171,7 @@ def _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_ro
     if len(jobs) <= 1:
         return [_ingest_job(con, paths, scanned, name, progress, limits, tmpdir, errors, warnings,
                             events_root=events_root, runner=runner, prepared=prepared,
-                            restore_trashed=restore_trashed)]
+                            restore_trashed=restore_trashed, actor=actor)]
     results = []
     tell = teller(progress)
     for number, job in enumerate(jobs, 1):
@@ -180,14 +183,14 @@ def _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_ro
                                    f"{name} · {job.label}" if name else job.label, job_progress, limits, tmpdir,
                                    errors if number == 1 else [], warnings if number == 1 else [],
                                    job_name=True, events_root=events_root, runner=runner, prepared=prepared,
-                                   restore_trashed=restore_trashed))
+                                   restore_trashed=restore_trashed, actor=actor))
     return results
 
 
 def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progress, limits, tmpdir,
                 errors: list[FileError], warnings: list[FileError], job_name: bool = False,
                 events_root: str | None = None, runner=None, prepared=None,
-                restore_trashed: bool = True) -> IngestResult:
+                restore_trashed: bool = True, actor: str | None = None) -> IngestResult:
     """One job's scanned files -> one run (or the stored identical one); job_name: name is the
     job's own (one of several jobs of the input), not the input's. events_root: its events as
     Parquet partitions there (ingest/partitioned.py), a task per rank on `runner`."""
@@ -210,13 +213,13 @@ def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progre
         from .partitioned import write_partitioned_job
 
         return write_partitioned_job(con, items, run_name_of, source_text, errors, warnings, progress, limits,
-                                     events_root, runner or InProcess(), prepared, restore_trashed)
+                                     events_root, runner or InProcess(), prepared, restore_trashed, actor)
     together = True
     conflicts = 0
     while items:
         run_id, full_hash = _run_id(items)
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
-            return stored_again(con, run_id, items, errors, warnings, restore_trashed)
+            return stored_again(con, run_id, items, errors, warnings, restore_trashed, actor)
         try:
             warnings += _write_run(con, items, run_id, full_hash, run_name, source_text, tmpdir, limits,
                                    together, progress)
@@ -305,12 +308,13 @@ def _wait_for_run(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
         time.sleep(0.05)
 
 
-def stored_again(con, run_id, items, errors, warnings, restore_trashed: bool) -> IngestResult:
-    """The result for files already stored as run_id: a run in the trash comes back, unless
-    restore_trashed is False (then it stays there and the result names no run)."""
+def stored_again(con, run_id, items, errors, warnings, restore_trashed: bool,
+                 actor: str | None = None) -> IngestResult:
+    """The result for files already stored as run_id: a run in the trash comes back (the audit
+    log naming actor), unless restore_trashed is False (then it stays there, no run named)."""
     if not restore_trashed and con.execute("SELECT count(*) FROM run_trash WHERE run_id = ?", [run_id]).fetchone()[0]:
         return IngestResult(None, errors, warnings)
-    restore_run(con, run_id, detail="its files were ingested again")
+    restore_run(con, run_id, actor=actor, detail="its files were ingested again")
     return _result(run_id, items, errors, warnings, reused=True)
 
 

@@ -191,7 +191,7 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name,
                           errors: list[FileError], warnings: list[FileError], progress: Progress | None,
                           limits: Limits, root: str, runner,
                           prepared: dict[int, RankIngestOutcome] | None = None,
-                          restore_trashed: bool = True) -> IngestResult:
+                          restore_trashed: bool = True, actor: str | None = None) -> IngestResult:
     """One job's planned rank files -> a run whose events are Parquet partitions under `root`;
     prepared: files parse_before_planning parsed already (by id of their RankFile). run_name: the
     run's name, or a function giving it for the files that loaded (a file that failed is not counted)."""
@@ -207,7 +207,7 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name,
     prepared = prepared or {}
     run_id, full_hash = core._run_id(items)
     if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
-        return core.stored_again(con, run_id, items, errors, warnings, restore_trashed)
+        return core.stored_again(con, run_id, items, errors, warnings, restore_trashed, actor)
     token = partitions.new_token()
     staging = posixpath.join(root, partitions.STAGING, token)
     todo = [i for i in items if id(i.source) not in prepared]
@@ -239,7 +239,7 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name,
         items = [item for item, _ in kept]
         run_id, full_hash = core._run_id(items)
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
-            return core.stored_again(con, run_id, items, errors, warnings, restore_trashed)
+            return core.stored_again(con, run_id, items, errors, warnings, restore_trashed, actor)
         tell("writing", "", 0.0, done=0, total=n)
         located = []
         for item, outcome in kept:

@@ -178,6 +178,7 @@ def path_tab() -> Attempt | list[dict[str, Any]] | None:
     try:
         target = data_root.resolve(typed)
     except data_root.PathRefused as refusal:
+        state.record_refusal("load_path_refused", auth.actor(), str(refusal))   # a probe of the server's disk is logged
         return refused("", str(refusal))
     return Attempt([str(target)], path_name.strip() or None, "load_path", data_root.shown(target), data_root.shown,
                    confine_to=None if root is None else str(root))

@@ -91,7 +91,7 @@ if all_runs and maintainer:
         st.markdown("**Re-analyse**: recompute this run's findings with the current analyzers.")
         if st.button("Re-analyse", icon=":material/refresh:"):
             with st.spinner("Analysing…"):
-                state.reanalyze(run["run_id"])
+                state.reanalyze(run["run_id"], auth.actor())
             st.toast("Findings refreshed")
     with right:
         st.markdown(f"**Delete**: moves the run to the trash (below); it can be restored for "
