@@ -89,12 +89,16 @@ def shown(path: Path | str) -> str:
 
 
 def shown_source(source: str) -> str:
-    """A run's source (the paths it was loaded from) as a page may show it: paths under the data
-    root relative to it in team mode."""
-    root = data_root()
-    if not (auth.is_team_mode() and root is not None):
+    """A run's source (the paths it was loaded from) as a page may show it: in team mode, paths
+    under the data root relative to it, and any other server path (a run loaded with the CLI, the
+    sample runs) by its last part only, as `…/name`."""
+    if not auth.is_team_mode():
         return source or ""
-    return (source or "").replace(f"{root}{os.sep}", "").replace(str(root), ".")
+    root = data_root()
+    text = source or ""
+    if root is not None:
+        text = text.replace(f"{root}{os.sep}", "").replace(str(root), ".")
+    return re.sub(r"(?<!\S)/(?:[^\s/]*/)*([^\s/]+)/?", r"…/\1", text)
 
 
 def code_span(text: str) -> str:

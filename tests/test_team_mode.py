@@ -166,6 +166,21 @@ def test_re_analyses_and_refused_path_probes_are_in_the_audit_log(hand_built, to
     assert "/etc/passwd" in detail
 
 
+def test_viewers_see_no_server_path_in_a_runs_source(tmp_path, tokens, monkeypatch):
+    """A run loaded with the CLI from a server path: Manage runs shows its source by name only."""
+    from analyzers.ingest import ingest_paths
+
+    samples = Path(HOME).resolve().parents[1] / "sample_traces"
+    db = tmp_path / "s.duckdb"
+    con = connect(db)
+    run_id = ingest_paths(con, [str(samples / "cpu_dataloader_tuning_after")]).run_id
+    con.close()
+    at = goto(sign_in(monkeypatch, db, tokens[auth.VIEWER], run_id=run_id), "views/runs.py")
+    assert not at.exception
+    shown = " ".join(str(v) for frame in at.dataframe for v in frame.value["source"])
+    assert "cpu_dataloader_tuning_after" in shown and str(samples) not in shown, shown
+
+
 def test_team_mode_misconfigured_says_so_and_keeps_the_details_in_the_log(hand_built, tmp_path, monkeypatch,
                                                                           caplog):
     """Every visitor reads this page before signing in: the reason (a file's path, an errno)
