@@ -120,5 +120,5 @@ elif __name__ != "__mp_main__":   # imported by `streamlit run` (or an ASGI serv
     if _problem:
         print(f"TraceDoctor: {_problem}", file=sys.stderr)
         raise SystemExit(2)
-    streamlit_app = App(__file__, routes=uploads.routes(), middleware=[Middleware(gate.Gate)],
+    streamlit_app = App(__file__, routes=uploads.routes() + auth.routes(), middleware=[Middleware(gate.Gate)],
                         on_script_error=show_script_error)

@@ -64,7 +64,8 @@ SESSION_TOKEN_KEY = "_auth_token_sha256"   # a token session: its token's hash, 
 SESSION_SECRET_ENV = "TRACEDOCTOR_SESSION_SECRET"
 SESSION_COOKIE = "tracedoctor_session"
 SESSION_HOURS = 12            # a token sign-in survives reloads this long (in this browser)
-_COOKIE_TODO_KEY = "_auth_cookie_todo"
+_COOKIE_TODO_KEY = "_auth_cookie_todo"   # ("POST", one-time code) or ("DELETE", ""): the session route's next call
+_ISSUED_COOKIE_KEY = "_auth_issued_cookie"   # the cookie this session's sign-in was given (signed out with it)
 _SIGNED_OUT_KEY = "_auth_signed_out"   # this session's cookies are a snapshot: never read them after a sign-out
 
 
@@ -259,12 +260,13 @@ def _session_key() -> bytes:
 
 def session_cookie(token_hash: str, now: float | None = None) -> str:
     body = base64.urlsafe_b64encode(json.dumps(
-        {"h": token_hash, "exp": int((now or time.time()) + SESSION_HOURS * 3600)}).encode()).decode()
+        {"h": token_hash, "exp": int((now or time.time()) + SESSION_HOURS * 3600),
+         "id": secrets.token_urlsafe(12)}).encode()).decode().rstrip("=")   # no '=': a cookie value unquoted
     return f"{body}.{hmac.new(_session_key(), body.encode(), hashlib.sha256).hexdigest()}"
 
 
-def cookie_token_hash(cookie: str | None, now: float | None = None) -> str | None:
-    """The token hash a session cookie carries while its signature and expiry hold."""
+def _cookie_claims(cookie: str | None) -> dict | None:
+    """A session cookie's claims when its signature holds (expiry and sign-out not checked)."""
     if not isinstance(cookie, str):
         return None
     body, _, signature = cookie.partition(".")
@@ -272,10 +274,80 @@ def cookie_token_hash(cookie: str | None, now: float | None = None) -> str | Non
     if not body or not hmac.compare_digest(signature, expected):
         return None
     try:
-        claims = json.loads(base64.urlsafe_b64decode(body))
+        claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     except ValueError:
         return None
-    if not isinstance(claims, dict) or not isinstance(claims.get("exp"), (int, float)) \
+    return claims if isinstance(claims, dict) else None
+
+
+# Cookies signed out before they expire, by id: kept in memory and, in token mode, in a file beside
+# the tokens file (<tokens file>.signed-out), so that a restart with the same
+# TRACEDOCTOR_SESSION_SECRET does not make them valid again.
+_signed_out: dict[str, float] = {}
+_signed_out_stamp: list[tuple[int, int] | None] = [None]
+
+
+def _signed_out_file() -> Path | None:
+    try:
+        path = tokens_file()
+    except AuthConfigError:
+        return None
+    return path.with_name(path.name + ".signed-out")
+
+
+def _load_signed_out() -> None:
+    path = _signed_out_file()
+    try:
+        info = path.stat() if path else None
+    except OSError:
+        return
+    stamp = (info.st_mtime_ns, info.st_size) if info else None
+    if info is None or stamp == _signed_out_stamp[0]:
+        return
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    with _entries_lock:
+        if isinstance(entries, dict):
+            _signed_out.update({str(k): float(v) for k, v in entries.items() if isinstance(v, (int, float))})
+        _signed_out_stamp[0] = stamp
+
+
+def sign_out_cookie(cookie: str | None) -> None:
+    """Make a session cookie worthless before it expires (a sign-out): a replay of it signs
+    nobody in."""
+    claims = _cookie_claims(cookie)
+    if not claims or not isinstance(claims.get("id"), str):
+        return
+    now = time.time()
+    with _entries_lock:
+        _signed_out[claims["id"]] = float(claims.get("exp") or now)
+        for key in [k for k, exp in _signed_out.items() if exp < now]:   # expired: no longer worth keeping
+            del _signed_out[key]
+        kept = dict(_signed_out)
+    path = _signed_out_file()
+    if path is None:
+        return
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w") as out:
+            json.dump(kept, out)
+        os.replace(tmp, path)
+    except OSError as exc:
+        LOG.error("team mode: the sign-out could not be kept in %s: %s", path, exc)
+
+
+def cookie_token_hash(cookie: str | None, now: float | None = None) -> str | None:
+    """The token hash a session cookie carries while its signature and expiry hold and it was
+    not signed out."""
+    claims = _cookie_claims(cookie)
+    if claims is None:
+        return None
+    _load_signed_out()
+    if claims.get("id") in _signed_out:
+        return None
+    if not isinstance(claims.get("exp"), (int, float)) \
             or claims["exp"] < (now or time.time()) or not isinstance(claims.get("h"), str):
         return None
     return claims["h"]
@@ -286,12 +358,63 @@ def user_for_cookie(cookie: str | None, entries: list[dict[str, str]], now: floa
     return user_for_token_hash(cookie_token_hash(cookie, now), entries)
 
 
+# The browser asks the session route to set (POST, with a one-time code) or clear (DELETE) the
+# cookie: the server sets it HttpOnly, so no script on the page can read it.
 _COOKIE_JS = """
 export default function ({ data }) {
-  const secure = location.protocol === "https:" ? "; Secure" : "";
-  document.cookie = `${data.name}=${data.value}; Path=/; Max-Age=${data.maxAge}; SameSite=Strict${secure}`;
+  fetch(data.url, { method: data.method, body: data.code || null, credentials: "same-origin",
+                    headers: { "Content-Type": "text/plain" } });
 }
 """
+SESSION_ROUTE = "/api/session"
+_CODE_TTL_S = 120
+_pending_cookies: dict[str, tuple[str, float]] = {}   # one-time code -> (the cookie it sets, until when)
+
+
+def issue_cookie_code(cookie: str) -> str:
+    """A one-time code the browser trades at the session route for `cookie` (within 2 minutes)."""
+    code = secrets.token_urlsafe(32)
+    now = time.time()
+    with _entries_lock:
+        for key in [k for k, (_, until) in _pending_cookies.items() if until < now]:
+            del _pending_cookies[key]
+        _pending_cookies[code] = (cookie, now + _CODE_TTL_S)
+    return code
+
+
+def session_route_path() -> str:
+    from streamlit import config
+
+    base = (config.get_option("server.baseUrlPath") or "").strip("/")
+    return (f"/{base}" if base else "") + SESSION_ROUTE
+
+
+async def _session_route(request):
+    """POST a one-time code: the session cookie it stands for is set, HttpOnly. DELETE: the cookie
+    the browser holds is signed out and cleared."""
+    from starlette.responses import Response
+
+    secure = request.url.scheme == "https" or request.headers.get("x-forwarded-proto", "").lower() == "https"
+    response = Response(status_code=204)
+    if request.method == "DELETE":
+        sign_out_cookie(request.cookies.get(SESSION_COOKIE))
+        response.delete_cookie(SESSION_COOKIE, path="/", secure=secure, httponly=True, samesite="strict")
+        return response
+    code = (await request.body())[:200].decode("ascii", "replace").strip()
+    with _entries_lock:
+        pending = _pending_cookies.pop(code, None)
+    if pending is None or pending[1] < time.time():
+        return Response("This sign-in has expired; sign in again.", status_code=403)
+    response.set_cookie(SESSION_COOKIE, pending[0], max_age=SESSION_HOURS * 3600, path="/", secure=secure,
+                        httponly=True, samesite="strict")
+    return response
+
+
+def routes() -> list:
+    """The session route for streamlit.starlette.App."""
+    from starlette.routing import Route
+
+    return [Route(session_route_path(), _session_route, methods=["POST", "DELETE"])]
 
 
 @functools.cache
@@ -303,8 +426,9 @@ def _write_pending_cookie() -> None:
     """Set or clear the session cookie in the browser, as the last sign-in or sign-out asked."""
     todo = st.session_state.pop(_COOKIE_TODO_KEY, None)
     if todo is not None:
-        value, max_age = todo
-        _cookie_writer()(data={"name": SESSION_COOKIE, "value": value, "maxAge": max_age}, key=f"cookie-{max_age}")
+        method, code = todo
+        _cookie_writer()(data={"url": session_route_path(), "method": method, "code": code},
+                         key=f"cookie-{method}-{code[:8]}")
 
 
 def _token_session_user() -> User | None:
@@ -322,7 +446,7 @@ def _token_session_user() -> User | None:
         if not from_cookie:
             st.session_state.pop(SESSION_TOKEN_KEY, None)
             st.session_state[_SIGNED_OUT_KEY] = True
-            st.session_state[_COOKIE_TODO_KEY] = ("", 0)
+            st.session_state[_COOKIE_TODO_KEY] = ("DELETE", "")
         return None
     st.session_state[SESSION_TOKEN_KEY] = digest
     return user
@@ -476,7 +600,9 @@ def login_page() -> None:
                 else:
                     st.session_state[SESSION_TOKEN_KEY] = hash_token(token)
                     st.session_state.pop(_SIGNED_OUT_KEY, None)
-                    st.session_state[_COOKIE_TODO_KEY] = (session_cookie(hash_token(token)), SESSION_HOURS * 3600)
+                    cookie = session_cookie(hash_token(token))
+                    st.session_state[_ISSUED_COOKIE_KEY] = cookie
+                    st.session_state[_COOKIE_TODO_KEY] = ("POST", issue_cookie_code(cookie))
                     st.rerun()
         return
     if st.user.get("is_logged_in"):   # signed in with the identity provider, but not allowed in
@@ -501,9 +627,12 @@ def sidebar_account() -> None:
     st.caption(f"Signed in as **{page_markdown(user.name)}** ({user.role})")
     if st.button("Sign out", icon=":material/logout:", key="sign-out"):
         if mode() == TOKEN:
+            # the cookie this session was given, and the one it came with, are worthless from now on
+            sign_out_cookie(st.session_state.pop(_ISSUED_COOKIE_KEY, None))
+            sign_out_cookie(st.context.cookies.get(SESSION_COOKIE))
             st.session_state.pop(SESSION_TOKEN_KEY, None)
             st.session_state[_SIGNED_OUT_KEY] = True
-            st.session_state[_COOKIE_TODO_KEY] = ("", 0)
+            st.session_state[_COOKIE_TODO_KEY] = ("DELETE", "")
             st.rerun()
         st.logout()
 

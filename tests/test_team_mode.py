@@ -542,6 +542,43 @@ def test_a_new_session_with_the_cookie_is_signed_in_and_sign_out_sticks(hand_bui
     assert [t.label for t in at.text_input] == ["Access token"]
 
 
+def test_a_signed_out_cookie_replayed_signs_nobody_in(hand_built, tokens, monkeypatch):
+    """L1: sign-out makes the session cookie worthless at once (not 12 h later), also for a new
+    session that replays it, and also after the server restarts with the same secret."""
+    cookie = auth.session_cookie(auth.hash_token(tokens[auth.VIEWER]))
+    monkeypatch.setattr(auth.st.context.__class__, "cookies", property(lambda self: {auth.SESSION_COOKIE: cookie}))
+    at = open_app(monkeypatch, hand_built, run_id=BEFORE_RUN)
+    at.button(key="sign-out").click()
+    at.run()
+    assert auth.cookie_token_hash(cookie) is None
+    replay = open_app(monkeypatch, hand_built, run_id=BEFORE_RUN)
+    assert [t.label for t in replay.text_input] == ["Access token"]
+    auth._signed_out.clear()              # a restart: the sign-out is read back from its file
+    auth._signed_out_stamp[0] = None
+    assert auth.cookie_token_hash(cookie) is None
+
+
+def test_the_session_cookie_is_set_by_the_server_http_only(tokens):
+    """L1: the browser trades a one-time code for the cookie at the session route, which sets it
+    HttpOnly and SameSite=Strict (no page script can read it); a code works once; DELETE clears
+    the cookie and signs it out."""
+    from starlette.testclient import TestClient
+
+    server = Starlette(routes=auth.routes())
+    cookie = auth.session_cookie(auth.hash_token(tokens[auth.VIEWER]))
+    code = auth.issue_cookie_code(cookie)
+    with TestClient(server) as client:
+        response = client.post(auth.SESSION_ROUTE, content=code)
+        assert response.status_code == 204
+        header = response.headers["set-cookie"]
+        assert header.startswith(f"{auth.SESSION_COOKIE}={cookie}") and "HttpOnly" in header
+        assert "samesite=strict" in header.lower()
+        assert client.post(auth.SESSION_ROUTE, content=code).status_code == 403   # once only
+        cleared = client.delete(auth.SESSION_ROUTE, cookies={auth.SESSION_COOKIE: cookie})
+        assert cleared.status_code == 204 and "Max-Age=0" in cleared.headers["set-cookie"]
+    assert auth.cookie_token_hash(cookie) is None
+
+
 def test_a_viewer_on_an_empty_store_gets_no_link_to_a_page_it_lacks(tmp_path, tokens, monkeypatch):
     at = sign_in(monkeypatch, tmp_path / "empty.duckdb", tokens[auth.VIEWER], run_id=None)
     for page in ("views/overview.py", "views/timeline.py", "views/compare.py", "views/runs.py"):
