@@ -294,7 +294,14 @@ def _sign_in(page, base: str, token: str, accepted: bool = True) -> None:
     _wait_idle(page)
     if accepted:
         page.get_by_text("Signed in as").wait_for()
-        page.wait_for_function("() => document.cookie.includes('tracedoctor_session=')", timeout=TIMEOUT_MS)
+        # set by the server, HttpOnly: the page's scripts cannot see it, the browser keeps it
+        deadline = time.monotonic() + TIMEOUT_MS / 1000
+        while not [c for c in page.context.cookies() if c["name"] == "tracedoctor_session"]:
+            assert time.monotonic() < deadline, "no session cookie was set"
+            page.wait_for_timeout(200)
+        [cookie] = [c for c in page.context.cookies() if c["name"] == "tracedoctor_session"]
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert page.evaluate("() => document.cookie.includes('tracedoctor_session')") is False
 
 
 def test_team_mode_refuses_a_wrong_token(page, team_server):
