@@ -37,6 +37,8 @@ from analyzers.ingest.tempfiles import make_upload_dir, remove_temp_dir
 
 MAX_UPLOAD_ENV = "TRACEDOCTOR_MAX_UPLOAD_MB"
 DEFAULT_MAX_UPLOAD_MB = 4096          # one load's files together; multi-rank traces are often GBs
+MAX_UPLOAD_TOTAL_ENV = "TRACEDOCTOR_MAX_UPLOAD_TOTAL_MB"
+DEFAULT_MAX_UPLOAD_TOTAL_MB = 16384   # every upload on the server at once, all users together
 SLICE_BYTES = 8 << 20                 # what the browser sends per request
 WRITE_BYTES = 1 << 20                 # what the route buffers before a write: its memory per request
 MAX_FILES = Limits().max_files_per_dir   # per load: as many as a directory or archive load takes
@@ -58,6 +60,13 @@ def max_upload_bytes() -> int:
         return max(1, int(float(os.environ.get(MAX_UPLOAD_ENV) or DEFAULT_MAX_UPLOAD_MB))) << 20
     except ValueError:
         return DEFAULT_MAX_UPLOAD_MB << 20
+
+
+def max_total_upload_bytes() -> int:
+    try:
+        return max(1, int(float(os.environ.get(MAX_UPLOAD_TOTAL_ENV) or DEFAULT_MAX_UPLOAD_TOTAL_MB))) << 20
+    except ValueError:
+        return DEFAULT_MAX_UPLOAD_TOTAL_MB << 20
 
 
 def safe_file_name(name: str) -> str:
@@ -97,6 +106,7 @@ class UploadTicket:
     ticket_id: str
     token_sha256: str | None   # the token session that opened it (token mode), checked on every slice
     directory: Path
+    owner: str | None = None   # the user who opened it: all of one user's open uploads share one cap
     last_used: float = field(default_factory=time.monotonic)
     files: dict[str, UploadedFile] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -115,6 +125,13 @@ class UploadTicket:
             if size < 0 or declared > max_upload_bytes():
                 raise UploadRefused(413, f"over the upload limit of {max_upload_bytes() >> 20} MB for one load; "
                                          "for bigger traces, load them by path or with the command line")
+            mine, everyone = _declared_elsewhere(self)
+            if mine + declared > max_upload_bytes():
+                raise UploadRefused(413, f"over the upload limit of {max_upload_bytes() >> 20} MB for one user's "
+                                         "open uploads together; finish or leave the others first")
+            if everyone + declared > max_total_upload_bytes():
+                raise UploadRefused(507, "the server holds as many uploads as it takes at once; try again once "
+                                         "others have loaded")
             free = shutil.disk_usage(self.directory).free
             if size > free:
                 raise UploadRefused(507, f"the server's disk has {free >> 20} MB free, this file needs {size >> 20} MB")
@@ -156,10 +173,20 @@ _tickets: dict[str, UploadTicket] = {}
 _tickets_lock = threading.Lock()
 
 
-def open_ticket(token_sha256: str | None = None) -> UploadTicket:
+def _declared_elsewhere(ticket: UploadTicket) -> tuple[int, int]:
+    """The bytes declared by the other open uploads of ticket's owner, and by every other upload."""
+    with _tickets_lock:
+        others = [t for t in _tickets.values() if t is not ticket]
+    sizes = [(t.owner, sum(f.size for f in list(t.files.values()))) for t in others]
+    mine = sum(size for owner, size in sizes if ticket.owner is not None and owner == ticket.owner)
+    return mine, sum(size for _, size in sizes)
+
+
+def open_ticket(token_sha256: str | None = None, owner: str | None = None) -> UploadTicket:
     """A new upload, after dropping those idle past TICKET_IDLE_S; token_sha256: the hash of the
     token the session signed in with (token mode), which must stay listed with a role that may
-    upload. Its directory is made by ingest's temp-dir helper: locked while this server lives,
+    upload; owner: the user (one user's open uploads share the per-load cap; all uploads share
+    TRACEDOCTOR_MAX_UPLOAD_TOTAL_MB). Its directory is made by ingest's temp-dir helper: locked while this server lives,
     so ingest's sweep of stale upload directories leaves it alone, and removes it after a crash.
     Raises OSError."""
     now = time.monotonic()
@@ -167,7 +194,7 @@ def open_ticket(token_sha256: str | None = None) -> UploadTicket:
         stale = [t for t in _tickets.values() if now - t.last_used > TICKET_IDLE_S]
     for ticket in stale:
         close_ticket(ticket.ticket_id)
-    ticket = UploadTicket(secrets.token_urlsafe(32), token_sha256, Path(make_upload_dir()))
+    ticket = UploadTicket(secrets.token_urlsafe(32), token_sha256, Path(make_upload_dir()), owner)
     with _tickets_lock:
         _tickets[ticket.ticket_id] = ticket
     return ticket

@@ -436,6 +436,27 @@ def ticket():
     uploads.close_ticket(opened.ticket_id)
 
 
+def test_uploads_are_capped_per_user_and_in_total(monkeypatch):
+    """One user's open uploads share the per-load cap (a second ticket is no way around it), and
+    all uploads on the server share TRACEDOCTOR_MAX_UPLOAD_TOTAL_MB; declared sizes count before
+    a byte is stored."""
+    monkeypatch.setenv(uploads.MAX_UPLOAD_ENV, "3")
+    monkeypatch.setenv(uploads.MAX_UPLOAD_TOTAL_ENV, "5")
+    mine = [uploads.open_ticket(owner="max") for _ in range(2)]
+    theirs = [uploads.open_ticket(owner=name) for name in ("ann", "bob")]
+    try:
+        two_mb = 2 << 20
+        assert put(mine[0].ticket_id, "abcdefgh01", b"x", 0, two_mb, "a.json").status_code == 200
+        refused = put(mine[1].ticket_id, "abcdefgh02", b"x", 0, two_mb, "b.json")
+        assert refused.status_code == 413 and "one user's" in refused.text
+        assert put(theirs[0].ticket_id, "abcdefgh03", b"x", 0, two_mb, "c.json").status_code == 200
+        full = put(theirs[1].ticket_id, "abcdefgh04", b"x", 0, two_mb, "d.json")
+        assert full.status_code == 507, full.text
+    finally:
+        for ticket in mine + theirs:
+            uploads.close_ticket(ticket.ticket_id)
+
+
 def test_the_upload_route_needs_a_live_ticket(ticket):
     assert put(None, "abcdefgh01", b"x", 0, 1, "a.json").status_code == 403
     assert put("guessed", "abcdefgh01", b"x", 0, 1, "a.json").status_code == 403

@@ -114,7 +114,7 @@ def session_ticket() -> uploads.UploadTicket | None:
         ticket = None
     if ticket is None:
         try:
-            ticket = uploads.open_ticket(owner)
+            ticket = uploads.open_ticket(owner, auth.actor())
         except OSError as exc:
             st.error(f"Uploads cannot be stored on this server right now ({ui.md(exc.strerror or exc)}); "
                      "check TRACEDOCTOR_TMPDIR and its free space.", icon=":material/error:")
