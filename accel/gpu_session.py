@@ -200,8 +200,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.fixtures:
         started = time.perf_counter()
-        code = subprocess.call([sys.executable, "-m", "accel.gpu_fixtures", "--out", str(args.out / "fixtures")],
-                               cwd=REPO, timeout=args.timeout)
+        try:
+            code = subprocess.call([sys.executable, "-m", "accel.gpu_fixtures", "--out",
+                                    str(args.out / "fixtures")], cwd=REPO, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            code = f"timed out after {args.timeout:.0f} s"
         session["fixtures"] = {"returncode": code, "wall_s": round(time.perf_counter() - started, 1)}
         print(f"fixtures: rc {code} ({session['fixtures']['wall_s']} s)", flush=True)
     for fix_id in plan:
