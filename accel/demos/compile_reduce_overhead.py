@@ -15,10 +15,11 @@ DEFAULT_STEPS = 50
 PROFILED_STEPS = 10
 WARMUP = 5           # compile, then cudagraph trees record on the 2nd-3rd call
 CHECK_STEPS = 5
-# Inductor fuses and reorders float32 arithmetic (and may pick other GEMM kernels), so after a
-# few steps parameters agree to ~1e-4 relative, not bitwise.
-RTOL, ATOL = 1e-4, 1e-5
-
+# Inductor fuses and reorders float32 arithmetic (and may pick other GEMM kernels), so the two
+# runs agree to rounding, not bitwise; AdamW's normalised update amplifies those differences for
+# parameters whose gradients are near zero, so the verdict is on the loss trajectory (LOSS_RTOL
+# relative, every step) and the largest parameter difference is reported beside it.
+LOSS_RTOL = 1e-4
 
 def run(out_dir: Path, device: str, steps: int) -> DemoResult:
     if device != "cuda" or not torch.cuda.is_available():
@@ -38,7 +39,7 @@ def run(out_dir: Path, device: str, steps: int) -> DemoResult:
     return DemoResult(fix="compile_reduce_overhead", device=device, finding_kind="launch_gap",
                       step_ms_before=before_ms, step_ms_after=after_ms,
                       trace_before=out_dir / "before.json.gz", trace_after=out_dir / "after.json.gz",
-                      checks={"parameters_match": _same_result(device)},
+                      checks=_same_result(device),
                       notes=["compile time excluded: timing starts after "
                              f"{WARMUP} warm-up steps"])
 
@@ -54,13 +55,18 @@ def _compiled_step(compiled, opt, x, y):
     return step
 
 
-def _same_result(device: str) -> bool:
+def _same_result(device: str) -> dict[str, float | bool]:
+    """Eager and compiled steps from the same start: losses and parameters compared."""
     model_a, opt_a, x, y = wl.build(device)
     step_a = wl.eager_step(model_a, opt_a, x, y)
     model_b, opt_b, _, _ = wl.build(device)
     step_b = _compiled_step(compile_reduce_overhead(model_b), opt_b, x, y)
+    losses_a, losses_b = [], []
     for i in range(CHECK_STEPS):
-        step_a(i)
-        step_b(i)
+        losses_a.append(float(step_a(i)))
+        losses_b.append(float(step_b(i)))
     torch.cuda.synchronize()
-    return bool(torch.allclose(wl.flat_params(model_a), wl.flat_params(model_b), rtol=RTOL, atol=ATOL))
+    rel = max(abs(la - lb) / max(abs(la), 1e-12) for la, lb in zip(losses_a, losses_b))
+    a, b = wl.flat_params(model_a), wl.flat_params(model_b)
+    return {f"losses_within_{LOSS_RTOL:g}": rel <= LOSS_RTOL, "max_rel_loss_diff": rel,
+            "max_abs_param_diff": float((a - b).abs().max())}
