@@ -447,5 +447,5 @@ def test_store_on_a_read_only_file_system_opens_for_reading(tmp_path, good):
         con = connect(db, read_only=None)
         assert con.execute("SELECT count(*) FROM runs").fetchone() == (1,)
         res = ingest_paths(con, [good], name="again")
-        assert f"the store file {db} is read-only" in errors_by_file(res)[str(good)]
+        assert f"the store {db} is on a read-only file system" in errors_by_file(res)[str(good)]
         con.close()

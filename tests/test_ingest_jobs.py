@@ -181,12 +181,3 @@ def test_a_trace_whose_first_event_is_huge_is_dated_and_joins_no_other_job(tmp_p
         assert sorted(len(r.files) for r in results) == [1, 1]
     finally:
         con.close()
-
-
-def test_an_undated_file_is_a_job_of_its_own():
-    dated = JobFile("a/rank0.json", "a/rank0.json", {}, T0)
-    undated = JobFile("a/rank1.json", "a/rank1.json", {}, None)
-    assert [job.members for job in group_jobs([dated, undated])] == [[0], [1]]
-    assert [job.members for job in group_jobs([undated, dated])] == [[0], [1]]
-    # nothing dated at all: nothing to tell them apart, one job
-    assert [job.members for job in group_jobs([undated, JobFile("b.json", "b.json", {}, None)])] == [[0, 1]]

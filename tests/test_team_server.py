@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import httpx
@@ -19,6 +18,8 @@ import pytest
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.sync.client import connect as ws_connect
+
+from tests.conftest import wait_for_dashboard
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = REPO_ROOT / "sample_traces" / "cpu_dataloader_tuning_after"
@@ -90,18 +91,7 @@ def team_server(tmp_path_factory):
              "--server.port", str(port), "--server.fileWatcherType", "none"],
             cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"streamlit did not start: {log_path.read_text()[-2000:]}")
-        time.sleep(0.3)
+    wait_for_dashboard(proc, base, log_path, timeout_s=90)
     os.environ[  # the cookie is signed with the server's key: the same secret here
         "TRACEDOCTOR_SESSION_SECRET"] = SESSION_SECRET
     from app import auth

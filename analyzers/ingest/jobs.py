@@ -7,8 +7,8 @@ distributedInfo declares different world sizes or backends, or when two files cl
 rank and sit in different folders (a before/ and an after/ run). When is a file traced: its
 baseTimeNanoseconds (the wall clock at profiler start, which newer Kineto writes beside
 timestamps of its own clock), else its first timestamps (older Kineto writes wall-clock µs), read
-from the head on until they come, however long the first events are. A file with neither is a
-job of its own (unless no file of the input is dated). A file without distributedInfo joins the one
+from the head on until they come, however long the first events are. A file with neither (no
+timed event: it fails by its own message) is placed with the first file. A file without distributedInfo joins the one
 declared job of its time group whose folder holds it; the others of a time group are one job.
 """
 from __future__ import annotations
@@ -118,11 +118,13 @@ def group_jobs(files: list[JobFile]) -> list[Job]:
         if k and start - timed[k - 1][0] > JOB_START_GAP_US:
             group += 1
         time_group[index] = group
-    # an undated file cannot be placed: a job of its own (where no file is dated, they are one)
+    # an undated file holds no timestamp in its first _HEAD_MAX_BYTES (no timed event: it fails
+    # by its own message); it is placed with the first file's time group
+    first_group = time_group.get(0, 0)
     keyed: dict[tuple[int, Any], list[int]] = {}
     loose: dict[int, list[int]] = {}
     for index, f in enumerate(files):
-        when = time_group.get(index, 0 if not timed else -1 - index)
+        when = time_group.get(index, first_group)
         declared = _declared(f.meta)
         if declared is None:
             loose.setdefault(when, []).append(index)

@@ -18,10 +18,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import wait_for_dashboard
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -65,18 +66,8 @@ def _start_server(workdir: Path, env_extra: dict[str, str], cwd: Path | None = N
         cwd=cwd or REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     log.close()
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    return proc, base
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            _stop(proc)
-            pytest.fail(f"streamlit did not start: {(workdir / 'streamlit.log').read_text()[-2000:]}")
-        time.sleep(0.3)
+    wait_for_dashboard(proc, base, workdir / "streamlit.log")
+    return proc, base
 
 
 def _stop(proc: subprocess.Popen) -> None:
