@@ -619,11 +619,12 @@ def fetch_url(url: str, into: Path, limits: Limits) -> Path:
 def collect(paths: list, tmpdir: str, limits: Limits,
             progress: Callable[[str, str, float], None] | None = None,
             threads: int = 1, defer_plain_hash: bool = False,
-            defer_compressed: bool = False) -> tuple[list[RankFile], list[FileError]]:
+            defer_compressed: bool = False, skip_files=frozenset()) -> tuple[list[RankFile], list[FileError]]:
     """Every rank file the inputs hold, as plain JSON on disk or (inflated ones) as parse ranges
     for `threads` parser threads, plus the inputs that failed. defer_plain_hash: plain files are
     not read here (content_hash ""): the tasks that parse them hash them (ingest/partitioned.py);
-    defer_compressed: likewise a .json.gz is only peeked at (RankFile.compressed), its task inflates it."""
+    defer_compressed: likewise a .json.gz is only peeked at (RankFile.compressed), its task inflates it.
+    skip_files: files inside given directories that are no traces (memory files, read apart)."""
     reading = _Reading(tmpdir, _Budget(limits), threads, defer_plain_hash, defer_compressed)
     files: list[RankFile] = []
     errors: list[FileError] = []
@@ -637,7 +638,8 @@ def collect(paths: list, tmpdir: str, limits: Limits,
                 errors.append(FileError(exc.display, exc.message))
                 continue
         if path.is_dir():
-            found = sorted((p for p in path.rglob("*") if p.is_file() and _is_trace_name(p.name)),
+            found = sorted((p for p in path.rglob("*") if p.is_file() and _is_trace_name(p.name)
+                            and p not in skip_files),
                            key=lambda p: natural_key(p.relative_to(path).as_posix()))
             if not found:
                 errors.append(FileError(str(given), "the directory holds no .json or .json.gz trace files"))
