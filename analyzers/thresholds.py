@@ -65,7 +65,8 @@ MEMORY_SEVERITY_MEDIUM_PCT = 10.0
 MEMORY_GROWTH_MIN_STEPS = 4
 MEMORY_GROWTH_RISING_FRACTION = 0.75
 MEMORY_GROWTH_MIN_BYTES_PER_STEP = 256 * 1024
-# memory_spike: one allocation held at a step's peak that lives at most this share of the step
+# memory_spike: one allocation held at a step's peak that lives through at most this share of the
+# step's memory events
 # and makes at least MEMORY_SPIKE_FRACTION of how far the step rose above where it began (and
 # MEMORY_SPIKE_MIN_BYTES): a transient intermediate that sets the peak. Activations live from the
 # forward to the backward (most of the step) and each is a small part of the rise.

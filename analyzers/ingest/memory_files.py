@@ -258,7 +258,12 @@ _NS_EPOCH_FLOOR = 10 ** 17
 
 
 def timeline_rows(rows: list[Any]) -> list[tuple]:
-    """(seq, ts_ns, action, bytes, category) for memory_timeline; malformed rows skipped."""
+    """(seq, ts_ns, action, bytes, category) for memory_timeline; malformed rows skipped. Also
+    reads export_memory_timeline's other JSON form, [times (µs), sizes by category per time]:
+    each time's change of a category becomes a row."""
+    if (len(rows) == 2 and all(isinstance(part, list) for part in rows) and rows[0]
+            and not isinstance(rows[0][0], list) and rows[1] and isinstance(rows[1][0], list)):
+        return _levels_to_rows(rows[0], rows[1])
     out = []
     for seq, row in enumerate(rows):
         if not isinstance(row, list) or len(row) < 4:
@@ -269,6 +274,24 @@ def timeline_rows(rows: list[Any]) -> list[tuple]:
         out.append((seq, None if ts is None or ts < 0 else ts if ts >= _NS_EPOCH_FLOOR else ts * 1000,
                     TIMELINE_ACTIONS.get(action, str(action)),
                     size, TIMELINE_CATEGORIES[category] if category is not None and 0 <= category < 8 else "unknown"))
+    return out
+
+
+def _levels_to_rows(times: list[Any], sizes: list[Any]) -> list[tuple]:
+    out: list[tuple] = []
+    previous = [0] * (len(TIMELINE_CATEGORIES) + 1)
+    for t, levels in zip(times, sizes):
+        ts = _int(t)
+        if not isinstance(levels, list):
+            continue
+        for index, category in enumerate(TIMELINE_CATEGORIES, start=1):   # index 0 is unused by torch
+            level = _int(levels[index]) if index < len(levels) else None
+            if level is None or level == previous[index]:
+                continue
+            delta = level - previous[index]
+            previous[index] = level
+            out.append((len(out), None if ts is None or ts < 0 else ts * 1000, "create" if delta > 0 else "destroy",
+                        delta, category))
     return out
 
 

@@ -4,7 +4,8 @@ plenty "reserved but unallocated").
 
 From each allocator snapshot stored with the run (memory_snapshot_summary: reserved = the
 segments' total_size, allocated = the active_allocated blocks, the largest free block) and from
-the trace's [memory] events on GPUs (reserved minus allocated at the moment reserved peaks).
+the trace's [memory] events on GPUs (reserved minus allocated at the moment allocated peaks: the
+cache between steps holds freed activations on purpose; at the peak it should be in use).
 Reported from FRAGMENTATION_MIN_PCT of reserved and FRAGMENTATION_MIN_BYTES. Cost: reserved -
 allocated, in bytes and % of the device. A snapshot taken at OOM names the request that failed.
 It reads the snapshots of every rank at once, so it runs across ranks.
@@ -37,9 +38,9 @@ ACROSS_RANKS = True
 _EVENTS_SQL = """
     WITH e AS (SELECT * FROM memory_events(?) WHERE device_type <> 0)
     SELECT e.rank, e.device_type, e.device_id, any_value(e.device) AS device,
-           arg_max(e.total_reserved, (e.total_reserved, -e.seq)) AS reserved_bytes,
-           arg_max(e.total_allocated, (e.total_reserved, -e.seq)) AS allocated_bytes,
-           arg_max(e.ts_ns, (e.total_reserved, -e.seq)) AS ts_ns
+           arg_max(e.total_reserved, (e.total_allocated, -e.seq)) AS reserved_bytes,
+           arg_max(e.total_allocated, (e.total_allocated, -e.seq)) AS allocated_bytes,
+           arg_max(e.ts_ns, (e.total_allocated, -e.seq)) AS ts_ns
     FROM e GROUP BY ALL ORDER BY e.rank, e.device_type, e.device_id
 """
 
@@ -80,7 +81,7 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
                    "fragmentation_pct": round(c["pct"], 2), "segments": c["segments"],
                    "largest_free_block_bytes": c["largest_free"], "expandable_segments": c["expandable"],
                    "oom_requested_bytes": c["oom"]}
-        where = f"snapshot {c['file']}" if c["source"] == "snapshot" else f"{c['device']} at its peak of reserved"
+        where = f"snapshot {c['file']}" if c["source"] == "snapshot" else f"{c['device']} at its peak"
         summary = (f"Rank {rank} ({where}): the allocator reserves {human_bytes(c['reserved'])} but only "
                    f"{human_bytes(c['allocated'])} is allocated: {human_bytes(c['frag'])} ({c['pct']:.0f}% of "
                    f"reserved){of_device(c['frag'], c['device_total'])} sits in cached free blocks"

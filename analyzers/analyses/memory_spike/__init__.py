@@ -2,8 +2,9 @@
 intermediate: a broadcast materialised, a full attention matrix, a concatenation of everything).
 
 For each step (memory_steps), the allocations held at the step's peak (memory_allocations) that
-the step made and freed again; the largest one is a spike when it lives at most
-MEMORY_SPIKE_MAX_LIFETIME_FRACTION of the step and makes at least MEMORY_SPIKE_FRACTION of the
+the step made and freed again; the largest one is a spike when it lives through at most
+MEMORY_SPIKE_MAX_LIFETIME_FRACTION of the step's memory events (counted in events, not time: the
+profiler's own overhead stretches time unevenly) and makes at least MEMORY_SPIKE_FRACTION of the
 step's rise above where it began (and MEMORY_SPIKE_MIN_BYTES). Cost: its bytes, how much lower
 the peak would be without it; the step where it is largest is the one shown.
 """
@@ -41,6 +42,7 @@ _SPIKES_SQL = """
            s.device_peak, s.peak_allocated_bytes, s.peak_allocated_bytes - s.start_allocated_bytes AS rise,
            arg_max(a.bytes, a.bytes) AS spike_bytes, arg_max(a.top_op, a.bytes) AS top_op,
            arg_max(a.op, a.bytes) AS op, arg_max(a.free_ts_ns - a.alloc_ts_ns, a.bytes) AS lifetime_ns,
+           arg_max(a.free_seq - a.alloc_seq, a.bytes) AS lifetime_events, s.events AS step_events,
            arg_max(a.alloc_ts_ns, a.bytes) AS alloc_ts_ns, arg_max(a.free_ts_ns, a.bytes) AS free_ts_ns
     FROM s JOIN memory_allocations(?) a
       ON a.rank = s.rank AND a.device_type = s.device_type AND a.device_id = s.device_id
@@ -56,10 +58,9 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
     rows = query(con, _SPIKES_SQL, [run_id, run_id, run_id])
     spikes: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
-        step_ns = r["end_ns"] - r["start_ns"]
         if (r["rise"] and r["rise"] > 0 and r["spike_bytes"] >= t["MEMORY_SPIKE_MIN_BYTES"]
                 and r["spike_bytes"] >= t["MEMORY_SPIKE_FRACTION"] * r["rise"]
-                and step_ns > 0 and r["lifetime_ns"] <= t["MEMORY_SPIKE_MAX_LIFETIME_FRACTION"] * step_ns):
+                and r["lifetime_events"] <= t["MEMORY_SPIKE_MAX_LIFETIME_FRACTION"] * r["step_events"]):
             spikes.setdefault((r["rank"], r["device_type"], r["device_id"]), []).append(r)
     findings = []
     for (rank, _, _), found in spikes.items():

@@ -6,9 +6,12 @@
 
 
 -- memory_events(run): one row per [memory] instant event (cat cpu_instant_event, ph i).
--- Bytes > 0 is an allocation, < 0 a free; the totals are the allocator's after the event: on
--- CUDA its allocated/reserved stats (everything the process holds on the device), on CPU what
--- was allocated since memory profiling started (Total Reserved is 0 there).
+-- Bytes > 0 is an allocation, < 0 a free; the totals are the allocator's after the event: on a
+-- GPU its allocated/reserved stats (everything the process holds on the device). On CPU torch
+-- counts only what it saw while profiling memory, and the count carries over from earlier
+-- profiling sessions of the process (their frees are never seen): total_allocated there is
+-- re-based to what was allocated since the trace began (the first event's total less its
+-- bytes is 0), which is what torch's own memory timeline counts; Total Reserved is 0 on CPU.
 -- Columns:
 --   run_id, rank
 --   seq              BIGINT   order of the event on its rank (ts, then the profiler's Ev Idx)
@@ -17,6 +20,7 @@
 --   device_id        INTEGER  -1 for CPU
 --   device           VARCHAR  'cpu', 'cuda:0', 'device20:0'
 --   addr, bytes, total_allocated, total_reserved   BIGINT
+--   raw_total_allocated    BIGINT   Total Allocated as the trace writes it
 CREATE OR REPLACE MACRO memory_events(run) AS TABLE
 WITH raw AS (
     SELECT run_id, rank, ts_ns, tid,
@@ -26,17 +30,26 @@ WITH raw AS (
     FROM events
     WHERE run_id = run AND kind = 'instant' AND name = '[memory]'
 )
-SELECT run_id, rank,
-       row_number() OVER (PARTITION BY rank ORDER BY ts_ns, a."Ev Idx") AS seq,
-       ts_ns, tid,
-       coalesce(a."Device Type", 0) AS device_type,
-       coalesce(a."Device Id", -1) AS device_id,
-       CASE coalesce(a."Device Type", 0) WHEN 0 THEN 'cpu' WHEN 1 THEN 'cuda:' || coalesce(a."Device Id", 0)
-            ELSE 'device' || a."Device Type" || ':' || coalesce(a."Device Id", 0) END AS device,
-       a."Addr" AS addr, coalesce(a."Bytes", 0) AS bytes,
-       a."Total Allocated" AS total_allocated, coalesce(a."Total Reserved", 0) AS total_reserved
-FROM raw
-WHERE a."Bytes" IS NOT NULL;
+, typed AS (
+    SELECT run_id, rank,
+           row_number() OVER (PARTITION BY rank ORDER BY ts_ns, a."Ev Idx") AS seq,
+           ts_ns, tid,
+           coalesce(a."Device Type", 0) AS device_type,
+           coalesce(a."Device Id", -1) AS device_id,
+           CASE coalesce(a."Device Type", 0) WHEN 0 THEN 'cpu' WHEN 1 THEN 'cuda:' || coalesce(a."Device Id", 0)
+                ELSE 'device' || a."Device Type" || ':' || coalesce(a."Device Id", 0) END AS device,
+           a."Addr" AS addr, a."Bytes" AS bytes,
+           a."Total Allocated" AS raw_total_allocated, coalesce(a."Total Reserved", 0) AS total_reserved
+    FROM raw
+    WHERE a."Bytes" IS NOT NULL
+)
+SELECT run_id, rank, seq, ts_ns, tid, device_type, device_id, device, addr, bytes,
+       CASE WHEN device_type = 0
+            THEN raw_total_allocated - first_value(raw_total_allocated - bytes) OVER
+                     (PARTITION BY rank, device_type, device_id ORDER BY seq)
+            ELSE raw_total_allocated END AS total_allocated,
+       total_reserved, raw_total_allocated
+FROM typed;
 
 
 -- memory_device_totals(run): the device's memory from the trace's deviceProperties
@@ -127,6 +140,7 @@ GROUP BY e.rank, e.device_type, e.device_id;
 --   peak_reserved_bytes, end_reserved_bytes
 --   reserved_changes        events inside the step that changed reserved (segments allocated or released)
 --   reserved_churn_bytes    the sum of those changes' sizes
+--   events                  [memory] events inside the step
 CREATE OR REPLACE MACRO memory_steps(run) AS TABLE
 WITH ev AS (
     SELECT *, total_reserved - lag(total_reserved, 1, total_reserved) OVER
@@ -141,6 +155,7 @@ WITH ev AS (
            max(e.total_allocated) AS peak_alloc, arg_max(e.ts_ns, (e.total_allocated, -e.seq)) AS peak_ts,
            max(e.total_reserved) AS peak_res,
            arg_max(e.total_allocated, e.seq) AS last_alloc, arg_max(e.total_reserved, e.seq) AS last_res,
+           count(*) AS events,
            count(*) FILTER (WHERE e.reserved_delta <> 0) AS reserved_changes,
            coalesce(sum(abs(e.reserved_delta)), 0) AS reserved_churn
     FROM st JOIN ev e ON e.rank = st.rank AND e.device_type = st.device_type AND e.device_id = st.device_id
@@ -167,7 +182,8 @@ SELECT st.rank, st.device_type, st.device_id, st.device, st.step, st.start_ns, s
        greatest(coalesce(i.peak_res, b.res_before), b.res_before) AS peak_reserved_bytes,
        coalesce(i.last_res, b.res_before) AS end_reserved_bytes,
        coalesce(i.reserved_changes, 0) AS reserved_changes,
-       coalesce(i.reserved_churn, 0) AS reserved_churn_bytes
+       coalesce(i.reserved_churn, 0) AS reserved_churn_bytes,
+       coalesce(i.events, 0) AS events
 FROM st LEFT JOIN inside i USING (rank, device_type, device_id, step)
 LEFT JOIN before b USING (rank, device_type, device_id, step)
 LEFT JOIN first_in f USING (rank, device_type, device_id, step);
