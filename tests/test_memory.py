@@ -96,7 +96,8 @@ def test_per_op_table_accounts_for_every_allocation(jobs):
     totals = rank_memory(con, report["run"]["run_id"])[0]
     assert sum(r["self_allocated_bytes"] for r in rows) == totals["allocated_bytes"]
     mul = next(r for r in rows if r["op"] == "aten::mul")
-    assert mul["peak_bytes"] == SPIKE_BYTES and mul["calls"] >= 6
+    # the 32 MiB product, and where the peak falls after the sum, the small product scaling it
+    assert SPIKE_BYTES <= mul["peak_bytes"] <= 1.01 * SPIKE_BYTES and mul["calls"] >= 6
 
 
 def test_the_timeline_file_beside_the_trace_loads_by_content(jobs, tmp_path):
