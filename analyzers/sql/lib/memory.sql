@@ -62,6 +62,55 @@ FROM (SELECT rank, unnest(CAST(device_properties AS JSON[])) AS prop
       FROM ranks WHERE run_id = run AND json_type(device_properties) = 'ARRAY') p;
 
 
+-- memory_event_ops(run): for each [memory] event, the cpu_op running on its thread: the
+-- innermost one enclosing it and the outermost. Set-based, no pairwise join (a million events
+-- against a million ops stays a sort): one sweep over the ops' edges and the events gives each
+-- event the depth of the ops open around it; the op open at that depth is the latest op of that
+-- depth that started before it (ASOF join), the outermost the latest of depth 1. At one instant,
+-- ends come before starts and events last (an allocation at an op's first instant is inside it).
+-- ProfilerStep#N ranges are steps, not ops. Columns: rank, seq, op, top_op (NULL outside any op)
+CREATE OR REPLACE MACRO memory_event_ops(run) AS TABLE
+WITH ev AS (
+    SELECT rank, seq, ts_ns, hash(rank, coalesce(tid, '')) AS thread FROM memory_events(run)
+), ops AS MATERIALIZED (
+    SELECT e.rank, hash(e.rank, coalesce(e.tid, '')) AS thread, e.name, e.ts_ns AS start_ns,
+           e.ts_ns + e.dur_ns AS end_ns, e.dur_ns
+    FROM events e
+    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns IS NOT NULL AND e.dur_ns >= 0
+      AND e.rank IN (SELECT DISTINCT rank FROM ev)
+      AND NOT (starts_with(e.name, 'ProfilerStep') AND regexp_matches(e.name, '^ProfilerStep\s*#\s*\d+'))
+), nodes AS (
+    SELECT thread, start_ns AS t, 1 AS ord, -end_ns AS tie, 1 AS delta, NULL::BIGINT AS seq, rank
+    FROM ops WHERE dur_ns > 0
+    UNION ALL
+    SELECT thread, end_ns, 0, 0, -1, NULL, rank FROM ops WHERE dur_ns > 0
+    UNION ALL
+    SELECT thread, ts_ns, 2, 0, 0, seq, rank FROM ev
+), swept AS MATERIALIZED (
+    SELECT *, sum(delta) OVER (PARTITION BY thread ORDER BY t, ord, tie ROWS UNBOUNDED PRECEDING) AS depth
+    FROM nodes
+), op_depths AS (
+    -- each op with its depth (the depth after its start)
+    SELECT thread, t AS start_ns, depth FROM swept WHERE ord = 1
+), opened AS (
+    SELECT d.thread, d.depth, o.start_ns, o.end_ns, o.name
+    FROM (SELECT DISTINCT thread, start_ns, depth FROM op_depths) d
+    JOIN (SELECT thread, start_ns, arg_max(name, end_ns) AS name, max(end_ns) AS end_ns FROM ops
+          WHERE dur_ns > 0 GROUP BY ALL) o USING (thread, start_ns)
+), points AS (
+    SELECT thread, rank, seq, t, depth FROM swept WHERE ord = 2
+), inner_op AS (
+    SELECT p.rank, p.seq, CASE WHEN o.end_ns >= p.t THEN o.name END AS op
+    FROM points p ASOF LEFT JOIN opened o ON o.thread = p.thread AND o.depth = p.depth AND o.start_ns <= p.t
+), outer_op AS (
+    SELECT p.rank, p.seq, CASE WHEN o.end_ns >= p.t THEN o.name END AS top_op
+    FROM points p ASOF LEFT JOIN (SELECT * FROM opened WHERE depth = 1) o
+      ON o.thread = p.thread AND o.start_ns <= p.t
+)
+SELECT i.rank, i.seq, CASE WHEN p.depth > 0 THEN i.op END AS op, CASE WHEN p.depth > 0 THEN t.top_op END AS top_op
+FROM inner_op i JOIN outer_op t USING (rank, seq) JOIN points p USING (rank, seq);
+
+
 -- memory_allocations(run): each allocation matched to its free (the next free of the same
 -- address on the same rank and device), with the op that made it: the innermost cpu_op on the
 -- allocating thread that encloses the event ('(no op)' outside any), and the host step it was
@@ -82,16 +131,8 @@ WITH ev AS (
            CASE WHEN next_bytes < 0 THEN next_seq END AS free_seq,
            CASE WHEN next_bytes < 0 THEN next_ts END AS free_ts_ns
     FROM ev WHERE bytes > 0
-), ops AS (
-    SELECT rank, tid, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
-    FROM events
-    WHERE run_id = run AND kind = 'cpu_op' AND dur_ns IS NOT NULL
-      AND rank IN (SELECT DISTINCT rank FROM allocs)
 ), owner AS (
-    SELECT a.rank, a.alloc_seq, arg_max(o.name, o.start_ns) AS op, arg_min(o.name, o.start_ns) AS top_op
-    FROM allocs a JOIN ops o
-      ON o.rank = a.rank AND o.tid = a.tid AND o.start_ns <= a.alloc_ts_ns AND a.alloc_ts_ns <= o.end_ns
-    GROUP BY a.rank, a.alloc_seq
+    SELECT rank, seq AS alloc_seq, op, top_op FROM memory_event_ops(run)
 )
 SELECT a.run_id, a.rank, a.device_type, a.device_id, a.device, a.addr, a.bytes,
        a.alloc_seq, a.alloc_ts_ns, a.free_seq, a.free_ts_ns,
@@ -203,44 +244,54 @@ GROUP BY op;
 
 -- memory_op_stats(run): the TensorBoard plugin's memory view per op, per rank and device.
 -- self: the allocations and frees made by the op itself (innermost enclosing op); total: by the
--- op and every op it called (an event inside nested calls of the same name counts once).
+-- op and every op it called, summed over its calls (a call inside a call of the same name counts
+-- in both).
 -- Columns:
 --   rank, device, op
---   calls                      how many times the op ran (on threads that allocated)
+--   calls                      how many times the op ran (on threads that allocated on the device)
 --   self_allocations, self_allocated_bytes, self_frees, self_freed_bytes
 --   total_allocations, total_allocated_bytes, total_freed_bytes
 --   self_net_bytes             self allocated - self freed (> 0: the op leaves memory held)
 --   peak_bytes                 of the op's own allocations, those held at the device's peak
 CREATE OR REPLACE MACRO memory_op_stats(run) AS TABLE
 WITH ev AS (
-    SELECT rank, device_type, device_id, device, seq, ts_ns, tid, bytes FROM memory_events(run)
-), ops AS (
-    SELECT rank, tid, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
-    FROM events
-    WHERE run_id = run AND kind = 'cpu_op' AND dur_ns IS NOT NULL
-      AND rank IN (SELECT DISTINCT rank FROM ev)
-), pairs AS (
-    SELECT e.rank, e.device_type, e.device_id, e.device, e.seq, e.bytes, o.name, o.start_ns
-    FROM ev e JOIN ops o ON o.rank = e.rank AND o.tid = e.tid AND o.start_ns <= e.ts_ns AND e.ts_ns <= o.end_ns
-), innermost AS (
-    SELECT rank, device_type, device_id, seq, arg_max(name, start_ns) AS op FROM pairs GROUP BY ALL
+    SELECT e.rank, e.device_type, e.device_id, e.device, e.seq, e.ts_ns, hash(e.rank, coalesce(e.tid, '')) AS thread,
+           e.bytes, coalesce(o.op, '(no op)') AS op
+    FROM memory_events(run) e LEFT JOIN memory_event_ops(run) o USING (rank, seq)
 ), self AS (
-    SELECT e.rank, e.device_type, e.device_id, any_value(e.device) AS device, coalesce(i.op, '(no op)') AS op,
-           count(*) FILTER (WHERE e.bytes > 0) AS self_allocations,
-           coalesce(sum(e.bytes) FILTER (WHERE e.bytes > 0), 0) AS self_allocated_bytes,
-           count(*) FILTER (WHERE e.bytes < 0) AS self_frees,
-           coalesce(-sum(e.bytes) FILTER (WHERE e.bytes < 0), 0) AS self_freed_bytes
-    FROM ev e LEFT JOIN innermost i USING (rank, device_type, device_id, seq)
-    GROUP BY ALL
+    SELECT rank, device_type, device_id, any_value(device) AS device, op,
+           count(*) FILTER (WHERE bytes > 0) AS self_allocations,
+           coalesce(sum(bytes) FILTER (WHERE bytes > 0), 0) AS self_allocated_bytes,
+           count(*) FILTER (WHERE bytes < 0) AS self_frees,
+           coalesce(-sum(bytes) FILTER (WHERE bytes < 0), 0) AS self_freed_bytes
+    FROM ev GROUP BY ALL
+), running AS (
+    -- per thread and device: allocated and freed so far, to read any op's totals off its two ends
+    SELECT thread, device_type, device_id, ts_ns,
+           sum(greatest(bytes, 0)) OVER w AS alloc_cum, sum(greatest(-bytes, 0)) OVER w AS free_cum,
+           sum((bytes > 0)::INTEGER) OVER w AS n_cum
+    FROM ev WINDOW w AS (PARTITION BY thread, device_type, device_id ORDER BY ts_ns, seq ROWS UNBOUNDED PRECEDING)
+), devices AS (
+    SELECT DISTINCT rank, thread, device_type, device_id FROM ev
+), ops AS (
+    SELECT d.rank, d.thread, d.device_type, d.device_id, e.name AS op, e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns
+    FROM events e JOIN devices d ON d.rank = e.rank AND d.thread = hash(e.rank, coalesce(e.tid, ''))
+    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns IS NOT NULL AND e.dur_ns >= 0
+), op_totals AS (
+    -- what ran up to the op's end less what ran before its start (strictly before)
+    SELECT o.rank, o.device_type, o.device_id, o.op,
+           coalesce(e.alloc_cum, 0) - coalesce(b.alloc_cum, 0) AS alloc_bytes,
+           coalesce(e.free_cum, 0) - coalesce(b.free_cum, 0) AS freed_bytes,
+           coalesce(e.n_cum, 0) - coalesce(b.n_cum, 0) AS allocs
+    FROM ops o
+    ASOF LEFT JOIN running e ON e.thread = o.thread AND e.device_type = o.device_type AND e.device_id = o.device_id
+                            AND e.ts_ns <= o.end_ns
+    ASOF LEFT JOIN running b ON b.thread = o.thread AND b.device_type = o.device_type AND b.device_id = o.device_id
+                            AND b.ts_ns < o.start_ns
 ), total AS (
-    SELECT rank, device_type, device_id, name AS op,
-           count(*) FILTER (WHERE bytes > 0) AS total_allocations,
-           coalesce(sum(bytes) FILTER (WHERE bytes > 0), 0) AS total_allocated_bytes,
-           coalesce(-sum(bytes) FILTER (WHERE bytes < 0), 0) AS total_freed_bytes
-    FROM (SELECT DISTINCT rank, device_type, device_id, seq, bytes, name FROM pairs)
-    GROUP BY ALL
-), calls AS (
-    SELECT rank, name AS op, count(*) AS calls FROM ops GROUP BY ALL
+    SELECT rank, device_type, device_id, op, count(*) AS calls, sum(allocs) AS total_allocations,
+           sum(alloc_bytes) AS total_allocated_bytes, sum(freed_bytes) AS total_freed_bytes
+    FROM op_totals GROUP BY ALL
 ), at_peak AS (
     SELECT a.rank, a.device_type, a.device_id, a.op, sum(a.bytes) AS peak_bytes
     FROM memory_allocations(run) a JOIN memory_device_summary(run) p
@@ -248,7 +299,7 @@ WITH ev AS (
      AND a.alloc_ts_ns <= p.peak_ts_ns AND (a.free_ts_ns IS NULL OR a.free_ts_ns > p.peak_ts_ns)
     GROUP BY ALL
 )
-SELECT s.rank, s.device, s.op, coalesce(c.calls, 0) AS calls,
+SELECT s.rank, s.device, s.op, coalesce(t.calls, 0) AS calls,
        s.self_allocations, s.self_allocated_bytes, s.self_frees, s.self_freed_bytes,
        coalesce(t.total_allocations, s.self_allocations) AS total_allocations,
        coalesce(t.total_allocated_bytes, s.self_allocated_bytes) AS total_allocated_bytes,
@@ -257,7 +308,6 @@ SELECT s.rank, s.device, s.op, coalesce(c.calls, 0) AS calls,
        coalesce(p.peak_bytes, 0) AS peak_bytes
 FROM self s
 LEFT JOIN total t USING (rank, device_type, device_id, op)
-LEFT JOIN calls c USING (rank, op)
 LEFT JOIN at_peak p USING (rank, device_type, device_id, op);
 
 
