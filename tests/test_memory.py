@@ -277,3 +277,29 @@ def test_gpu_allocator_churn(tmp_path):
     # two changes a step; the trace's first event shows no change (nothing before it to compare)
     assert churn["metrics"]["reserved_changes_per_step"] == pytest.approx(11 / 6, abs=0.01)
     assert churn["cost_bytes"] == pytest.approx((11 / 6) * (1 << 30), rel=0.01)
+
+
+# --- real H100 fixtures (tests/fixtures/gpu_h100, recorded by accel.gpu_fixtures) -------------------
+
+H100 = Path(__file__).parent / "fixtures" / "gpu_h100"
+
+
+def test_h100_memory_profile_and_snapshots_match_what_torch_recorded():
+    if not (H100 / "fixtures.json").exists():
+        pytest.skip("no H100 fixtures")
+    recorded = json.loads((H100 / "fixtures.json").read_text())
+    con, report = _analyse([H100 / "memory_profiled.json.gz", H100 / "allocator_snapshot.pickle"])
+    memory = report["ranks"][0]["memory"]
+    profile = recorded["memory_profile"]
+    assert memory["device"] == "cuda:0" and memory["device_total_bytes"] == profile["device_total_bytes"]
+    assert memory["peak_allocated_bytes"] == max(s["peak_allocated_bytes"] for s in profile["steps"])
+    assert memory["peak_reserved_bytes"] == max(s["peak_reserved_bytes"] for s in profile["steps"])
+    steps = con.execute("SELECT peak_allocated_bytes, peak_reserved_bytes FROM memory_steps(?) "
+                        "WHERE device = 'cuda:0' ORDER BY step", [report["run"]["run_id"]]).fetchall()
+    assert steps == [(s["peak_allocated_bytes"], s["peak_reserved_bytes"]) for s in profile["steps"]]
+    (snapshot,) = report["memory_snapshots"]
+    assert snapshot["allocated_bytes"] == profile["allocated_bytes_at_snapshot"]
+    assert snapshot["reserved_bytes"] == profile["reserved_bytes_at_snapshot"]
+    assert "memory_headroom" in _kinds(report)      # 232 MiB of an 80 GB H100
+    _, oom = _analyse([H100 / "oom_snapshot.pickle"])
+    assert oom["memory_snapshots"][0]["oom_requested_bytes"] == recorded["oom"]["chunk_bytes"]   # "Tried to allocate 64.00 MiB"

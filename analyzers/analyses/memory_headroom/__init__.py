@@ -52,7 +52,9 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
         summary = (f"Rank {d['rank']} ({d['device']}): at its peak the job holds {human_bytes(held)} of the device's "
                    f"{human_bytes(total)}; {human_bytes(headroom)} ({pct:.0f}%) stays unused."
                    + (f" A step adds {human_bytes(rise)} on top of what it starts with (activations, temporaries), "
-                      f"so the batch could grow ~{grow}% (keep ~10% spare for fragmentation)." if grow else "")
+                      + (f"so the batch could grow ~{grow}%" if grow <= 1000 else
+                         f"so the batch could grow more than tenfold (~{grow / 100:,.0f}x)")
+                      + " (keep ~10% spare for fragmentation)." if grow else "")
                    + " A larger batch uses the GPU better per step.")
         findings.append(memory_finding(ctx, KIND, rank=d["rank"], cost_bytes=headroom, device=d["device"],
                                        device_total_bytes=total, peak_allocated_bytes=d["peak_allocated_bytes"],
