@@ -67,13 +67,14 @@ def median_ms(times_ms: list[float]) -> float:
 
 
 def profile_steps(step_fn: Callable[[int], object], steps: int, trace_path: Path, device: str,
-                  warmup: int = 2, record_shapes: bool = True) -> Path:
+                  warmup: int = 2, record_shapes: bool = True, profile_memory: bool = False) -> Path:
     """Profile `steps` calls of step_fn(i) (after `warmup` unprofiled ones) into trace_path.
 
     Each step is marked with prof.step(), so the trace has ProfilerStep#N windows. No sync
     between steps (a training loop has none; one here would show up as a host sync in every
     trace) except at the end of the last one, so its GPU work is in the trace. A path ending
-    in .gz is written gzipped.
+    in .gz is written gzipped. profile_memory: also record [memory] events (allocations, frees,
+    allocated and reserved totals).
     """
     trace_path = Path(trace_path)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +87,8 @@ def profile_steps(step_fn: Callable[[int], object], steps: int, trace_path: Path
     # The schedule records exactly `steps` ProfilerStep windows (one profiler warm-up step
     # first, whose startup overhead stays out of the trace) and no trailing partial window.
     plan = schedule(wait=0, warmup=1, active=steps, repeat=1)
-    with profile(activities=activities, record_shapes=record_shapes, schedule=plan) as prof:
+    with profile(activities=activities, record_shapes=record_shapes, schedule=plan,
+                 profile_memory=profile_memory) as prof:
         for i in range(warmup, warmup + steps + 1):
             step_fn(i)
             if i == warmup + steps:

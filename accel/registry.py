@@ -661,7 +661,7 @@ _FIX_LIST = [
     Fix(
         id="allocator_tuning",
         title="Keep the CUDA caching allocator warm (no empty_cache in the loop, expandable segments)",
-        addresses=["runtime_stall"],
+        addresses=["runtime_stall", "allocator_churn", "allocator_fragmentation"],
         needs=["cuda"],
         snippet=(
             "from accel.kernels.allocator import keep_cache_warm, expandable_segments\n"
@@ -686,7 +686,7 @@ _FIX_LIST = [
         ),
         module="accel.kernels.allocator",
         demo_module="accel.demos.allocator_tuning",
-        fit={"runtime_stall": 0.9},
+        fit={"runtime_stall": 0.9, "allocator_churn": 0.9, "allocator_fragmentation": 0.6},
         reads=("allocator_share",),
         predicate=_allocator_bound,
     ),
@@ -893,6 +893,51 @@ _FIX_LIST = [
         fit={"comm_exposed": 0.4},
         reads=("nodes", "world_size", "local_world_size"),
         predicate=_multi_node,
+    ),
+    Fix(
+        id="activation_checkpointing",
+        title="Recompute activations in the backward instead of keeping them (activation checkpointing)",
+        addresses=["memory_spike", "allocator_fragmentation"],
+        needs=[],
+        snippet=(
+            "from accel.memory.checkpointing import checkpoint_blocks\n"
+            "model.blocks = checkpoint_blocks(model.blocks)  # an nn.Sequential of your blocks\n"
+            "# or per block: torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)\n"
+        ),
+        description=(
+            "A block under checkpoint keeps only its input through the forward and recomputes its "
+            "activations in the backward: the step's peak falls from every block's activations to "
+            "one block's plus the inputs, for about one more forward of compute. It lowers a peak "
+            "set by activations, including a large intermediate inside a block; it does not shrink "
+            "parameters, gradients or optimizer state (shard those: ZeroRedundancyOptimizer, FSDP), "
+            "nor a leak."
+        ),
+        module="accel.memory.checkpointing",
+        demo_module="accel.demos.activation_checkpointing",
+        fit={"memory_spike": 0.7, "allocator_fragmentation": 0.4},
+    ),
+    Fix(
+        id="zero_optimizer",
+        title="Shard the optimizer state across data-parallel ranks (ZeroRedundancyOptimizer)",
+        addresses=["allocator_fragmentation", "memory_spike"],
+        needs=["multi_rank"],
+        snippet=(
+            "import torch\n"
+            "from accel.memory.sharded_optimizer import shard_optimizer\n"
+            "optimizer = shard_optimizer(model.parameters(), torch.optim.AdamW, lr=1e-3)\n"
+            "# each rank keeps Adam's state for 1/world_size of the parameters\n"
+        ),
+        description=(
+            "Under data parallelism every rank keeps the whole optimizer state (Adam: twice the "
+            "parameters). ZeroRedundancyOptimizer gives each rank the state, and the update, of its "
+            "share of the parameters only and broadcasts the updated ones: the state and the "
+            "optimizer step's working memory shrink by the number of ranks (gloo and NCCL). It does "
+            "not shrink activations (checkpoint those) nor gradients (FSDP shards those too), and "
+            "adds a broadcast per step."
+        ),
+        module="accel.memory.sharded_optimizer",
+        demo_module="accel.demos.dist_zero_optimizer",
+        fit={"allocator_fragmentation": 0.4, "memory_spike": 0.2},
     ),
 ]
 

@@ -51,7 +51,7 @@ def analyze_stored_run(con: duckdb.DuckDBPyConnection, run_id: str,
 
 def empty_report(errors: Iterable[FileError]) -> dict[str, Any]:
     """The report when nothing could be loaded: the contract's keys, no run, the errors."""
-    return {"run": None, "errors": [e.to_dict() for e in errors], "ranks": [], "findings": [], "notes": []}
+    return {"run": None, "errors": [e.to_dict() for e in errors], "ranks": [], "memory_snapshots": [], "findings": [], "notes": []}
 
 
 def analyze_paths(paths: Iterable[str | os.PathLike], db_path: str | os.PathLike = ":memory:",

@@ -166,7 +166,13 @@ def tripped_rules(report: dict[str, Any], rules: list[tuple[str, float]]) -> lis
     lines = []
     for kind, threshold in rules:
         for f in report.get("findings", []):
-            if (kind in ("any", f["kind"])) and (f.get("cost_pct") or 0.0) >= threshold:
+            if f.get("cost_bytes") is not None:    # a memory finding: its share of the device's memory
+                pct = f.get("cost_pct_of_device_memory")
+                # named by its kind, one on a device of unknown size (CPU memory) trips at any size
+                if kind == f["kind"] and (pct is None or pct >= threshold):
+                    lines.append(f"--fail-on {kind}:{threshold:g} tripped by {f['id']} ("
+                                 + ("memory" if pct is None else f"{pct:.1f}% of the device's memory") + ")")
+            elif (kind in ("any", f["kind"])) and (f.get("cost_pct") or 0.0) >= threshold:
                 lines.append(f"--fail-on {kind}:{threshold:g} tripped by {f['id']} "
                              f"({f['cost_pct']:.1f}% of step time)")
     return lines

@@ -73,6 +73,9 @@ def finding_contract(f: Mapping[str, Any]) -> dict[str, Any]:
         "start_us": None if f["start_ns"] is None else f["start_ns"] / 1000.0,
         "end_us": None if f["end_ns"] is None else f["end_ns"] / 1000.0,
         "cost_ms_per_step": f["cost_ms_per_step"], "cost_pct": f["cost_pct"],
+        # memory findings cost bytes, not time (cost_ms_per_step 0): their bytes and share of the device
+        "cost_bytes": (f["metrics"] or {}).get("cost_bytes"),
+        "cost_pct_of_device_memory": (f["metrics"] or {}).get("cost_pct_of_device_memory"),
         "summary": None if f["summary"] is None else clip(f["summary"], SUMMARY_LIMIT),
         "metrics": clip_strings(f["metrics"]), "fixes": list(f["fixes"]),
         # fixes the finding's own metrics rule out, with the reason (still listed in `fixes`)

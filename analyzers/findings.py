@@ -30,8 +30,8 @@ from analyzers.integrity import integrity_notes
 from analyzers.analyses import analysis_modules, analysis_specs, gap_causes
 from analyzers.model import Finding
 from analyzers.progress import Progress, teller
-from analyzers.root_causes import (RunCosts, group_across_ranks, link_consequences, order_findings, run_costs,
-                                   unmet_needs)
+from analyzers.root_causes import (RunCosts, group_across_ranks, link_consequences, link_memory_churn,
+                                   order_findings, run_costs, unmet_needs)
 from analyzers.safe_text import SUMMARY_LIMIT, clip
 from analyzers import partitions
 from analyzers.sqlrun import ensure_loaded, run_cache, run_ranks
@@ -501,7 +501,10 @@ def _finish(ctx: AnalysisContext, findings: list[Finding], results: list[PassRes
     chosen and ordered, the run's costs."""
     gap_rows = [] if any(r.gap_error for r in results) else [row for r in results for row in r.gap_rows]
     min_pct = ctx.thresholds["MIN_FINDING_PCT"]
-    findings = group_across_ranks([f for f in findings if f.cost_pct >= min_pct])
+    memory_kinds = {kind for kind, spec in analysis_specs().items() if spec.cost_unit == "memory"}
+    # memory findings cost bytes (their analyses apply their own cut-offs), no step time
+    findings = group_across_ranks([f for f in findings if f.kind in memory_kinds or f.cost_pct >= min_pct])
+    link_memory_churn(findings)
     link_consequences(findings, ctx.thresholds["STRAGGLER_EXPLAINED_FRACTION"],
                       {kind: spec.title for kind, spec in analysis_specs().items()})
     for f in findings:

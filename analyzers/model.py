@@ -57,6 +57,9 @@ class AnalysisSpec:
     # the idle-gap cause (lib/gaps.sql) whose GPU idle this kind costs, for the kinds that cost
     # one: a rank's own stall of such a kind can make it the straggler
     gap_cause: str | None = None
+    # what the finding costs: "time" (GPU time lost per step, cost_ns / cost_pct) or "memory"
+    # (bytes, in metrics cost_bytes and cost_pct_of_device_memory; cost_ns 0: it adds no time)
+    cost_unit: str = "time"
 
 
 @dataclass

@@ -433,8 +433,10 @@ def compare_runs(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str
     """Two runs side by side.
 
     Returns {"kinds": frame(kind, before_ms, after_ms, delta_ms, before_pct, after_pct,
-    before_count, after_count)} where *_ms is the kind's cost per step (one finding per cause;
-    consequences not added) and *_pct its % of step time; and {"steps": frame(run,
+    before_count, after_count, before_bytes, after_bytes)} where *_ms is the kind's cost per step (one
+    finding per cause; consequences not added), *_pct its % of step time and *_bytes a memory
+    finding's bytes (None for the others); {"memory": peak_allocated_/peak_reserved_ before/after:
+    the highest over ranks and devices (memory_device_summary; None without [memory] events)}; and {"steps": frame(run,
     steps, mean_step_ms, compute_ms, comm_exposed_ms, memory_ms, idle_ms)} the mean step over
     all ranks and steps of each run; and {"delta": {<part>_before, <part>_after, <part>_delta for
     mean_step_ms, compute_ms, comm_exposed_ms, memory_ms, idle_ms; speedup = before / after mean step,
@@ -444,7 +446,8 @@ def compare_runs(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str
         WITH costs AS (
             -- a consequence (caused_by) is its cause's cost again: not added
             SELECT run_id, kind, coalesce(sum(cost_ns) FILTER (WHERE caused_by IS NULL), 0) / 1e6 AS cost_ms,
-                   max(cost_pct) AS worst_pct, count(*) AS n
+                   max(cost_pct) AS worst_pct, count(*) AS n,
+                   max(TRY_CAST(json_extract(metrics, '$.cost_bytes') AS BIGINT)) AS cost_bytes
             FROM findings WHERE run_id IN ($before, $after) GROUP BY ALL
         ),
         kinds AS (SELECT DISTINCT kind FROM costs)
@@ -452,7 +455,8 @@ def compare_runs(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str
                coalesce(b.cost_ms, 0) AS before_ms, coalesce(a.cost_ms, 0) AS after_ms,
                coalesce(a.cost_ms, 0) - coalesce(b.cost_ms, 0) AS delta_ms,
                coalesce(b.worst_pct, 0) AS before_pct, coalesce(a.worst_pct, 0) AS after_pct,
-               coalesce(b.n, 0) AS before_count, coalesce(a.n, 0) AS after_count
+               coalesce(b.n, 0) AS before_count, coalesce(a.n, 0) AS after_count,
+               b.cost_bytes AS before_bytes, a.cost_bytes AS after_bytes
         FROM kinds k
         LEFT JOIN costs b ON b.kind = k.kind AND b.run_id = $before
         LEFT JOIN costs a ON a.kind = k.kind AND a.run_id = $after
@@ -475,7 +479,15 @@ def compare_runs(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str
         "max(mean_step_ms) FILTER (WHERE run = 'after') / "
         "nullif(max(mean_step_ms) FILTER (WHERE run = 'before'), 0) AS slowdown FROM steps").fetchall()[0]
     names = [f"{p}_{w}" for p in parts for w in ("before", "after", "delta")] + ["speedup", "slowdown"]
-    return {"kinds": kinds, "steps": steps, "delta": dict(zip(names, deltas))}
+    memory = con.execute("""
+        SELECT max(peak_allocated_bytes) FILTER (WHERE run = 'before'), max(peak_allocated_bytes) FILTER (WHERE run = 'after'),
+               max(peak_reserved_bytes) FILTER (WHERE run = 'before'), max(peak_reserved_bytes) FILTER (WHERE run = 'after')
+        FROM (SELECT 'before' AS run, * FROM memory_device_summary($before)
+              UNION ALL SELECT 'after', * FROM memory_device_summary($after))""",
+                         {"before": run_before, "after": run_after}).fetchone()
+    return {"kinds": kinds, "steps": steps, "delta": dict(zip(names, deltas)),
+            "memory": dict(zip(("peak_allocated_before", "peak_allocated_after", "peak_reserved_before",
+                                "peak_reserved_after"), memory))}
 
 
 # --------------------------------------------------------------------------- operators and kernels

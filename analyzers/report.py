@@ -16,7 +16,9 @@ from typing import Any, Iterable, Mapping
 import duckdb
 
 from analyzers.analyses import analysis_specs
+from analyzers.analyses.memory_common import human_bytes
 from analyzers.contract import finding_contract, where_text
+from analyzers.memory_queries import rank_memory, snapshot_summaries
 from analyzers.metrics import rank_summary
 from analyzers.queries import findings, time_bounds
 from analyzers.runs import MARK_LABELS
@@ -47,7 +49,7 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[A
     error_list = [_error_dict(e) for e in errors]
     if run is None:
         return {"run": None, "errors": error_list + [{"file": "", "error": f"no stored run with id {run_id!r}"}],
-                "ranks": [], "findings": [], "notes": []}
+                "ranks": [], "memory_snapshots": [], "findings": [], "notes": []}
     rank_rows = con.execute("SELECT rank, file_name FROM ranks WHERE run_id = ? ORDER BY rank", [run_id]).fetchall()
     bounds = time_bounds(con, run_id)
     return {
@@ -56,13 +58,59 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[A
                 # the run's first event (µs), so finding windows can be read as "ms into the trace"
                 "start_us": None if bounds is None else bounds[0] / 1000.0},
         "errors": error_list,
-        "ranks": stored_rank_table(con, run_id) or rank_summary(con, run_id),
+        "ranks": _with_memory(stored_rank_table(con, run_id) or rank_summary(con, run_id), rank_memory(con, run_id)),
+        "memory_snapshots": snapshot_summaries(con, run_id),
         "findings": [finding_contract(f) for f in findings(con, run_id, raw=True)],
         "notes": analysis_notes(con, run_id),
     }
 
 
+def _with_memory(rows: list[dict[str, Any]], memory: Mapping[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranks table with each rank's `memory` (None without [memory] events); ranks that only
+    memory data names (a snapshot without its trace) get a row of their own."""
+    out = [{**row, "memory": memory.get(row["rank"])} for row in rows]
+    known = {row["rank"] for row in rows}
+    out += [{"rank": rank, "memory": figures} for rank, figures in sorted(memory.items()) if rank not in known]
+    return out
+
+
 # --- formatting helpers -----------------------------------------------------------------------
+COST_HEADER = "Cost (ms/step; memory: bytes)"
+COST_PCT_HEADER = "Cost (% of step; memory: % of device)"
+
+
+def _is_memory(f: Mapping[str, Any]) -> bool:
+    return f.get("cost_bytes") is not None
+
+
+def _cost_cells(f: Mapping[str, Any]) -> list[Any]:
+    """The two cost cells of the findings table: ms and % of step, or bytes and % of device memory."""
+    if _is_memory(f):
+        return [human_bytes(f["cost_bytes"]), f.get("cost_pct_of_device_memory")]
+    return [f.get("cost_ms_per_step"), f.get("cost_pct")]
+
+
+def _cost_words(f: Mapping[str, Any]) -> str:
+    if _is_memory(f):
+        pct = f.get("cost_pct_of_device_memory")
+        return (f"{human_bytes(f['cost_bytes'])} of memory" + (f" ({_fmt(pct)}% of the device's memory)" if pct is not None
+                                                               else " (the trace does not give the device's size)")
+                + "; no step time (memory findings are not added to time costs)")
+    return f"{_fmt(f.get('cost_ms_per_step'), 3)} ms lost per step ({_fmt(f.get('cost_pct'))}% of the mean step)"
+
+
+def _memory_tables(report: Mapping[str, Any]) -> tuple[list[str], list[list[Any]], list[str], list[list[Any]]]:
+    """The report's memory tables: per rank (ranks[].memory) and per snapshot (memory_snapshots)."""
+    header = ["Rank", "Device", "Peak allocated", "Peak reserved", "Device memory", "Peak % of device"]
+    rows = [[r.get("rank"), m["device"], human_bytes(m["peak_allocated_bytes"]), human_bytes(m["peak_reserved_bytes"]),
+             human_bytes(m["device_total_bytes"]) if m["device_total_bytes"] else "", m["peak_pct_of_device"]]
+            for r in report.get("ranks") or [] for m in ((r.get("memory") or {}).get("devices") or [])]
+    snap_header = ["File", "Rank", "Allocated", "Reserved", "Segments", "Largest free block", "Failed allocation"]
+    snap_rows = [[clip(_fmt(s.get("file"))), s.get("rank"), human_bytes(s["allocated_bytes"]),
+                  human_bytes(s["reserved_bytes"]), s["segments"], human_bytes(s["largest_free_block_bytes"]),
+                  human_bytes(s["oom_requested_bytes"]) if s.get("oom_requested_bytes") else ""]
+                 for s in report.get("memory_snapshots") or []]
+    return header, rows, snap_header, snap_rows
 
 def _fmt(value: Any, digits: int = 2) -> str:
     if value is None:
@@ -215,18 +263,24 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     by_id = {f.get("id"): f for f in findings}
     lines += ["## Top findings", ""]
     if findings:
-        lines += _md_table(["#", "Severity", "Kind", "Where", "Cost (ms/step)", "Cost (% of step)", "Best fix"],
-                           [[i + 1, f.get("severity"), _title(f), _where(f, origin), f.get("cost_ms_per_step"),
-                             f.get("cost_pct"), _top_fix(f)]
+        lines += _md_table(["#", "Severity", "Kind", "Where", COST_HEADER, COST_PCT_HEADER, "Best fix"],
+                           [[i + 1, f.get("severity"), _title(f), _where(f, origin), *_cost_cells(f), _top_fix(f)]
                             for i, f in enumerate(findings[:10])])
     else:
         lines.append("No significant findings: nothing costs more than the reporting threshold of step time.")
     lines += ["", "## Per-rank figures", ""]
-    ranks = report.get("ranks") or []
+    ranks = [r for r in report.get("ranks") or [] if "steps" in r]
     if ranks:
         lines += _md_table([title for _, title in RANK_COLUMNS], [[r.get(k) for k, _ in RANK_COLUMNS] for r in ranks])
     else:
         lines.append("No ranks.")
+    memory_header, memory_rows, snapshot_header, snapshot_rows = _memory_tables(report)
+    if memory_rows or snapshot_rows:
+        lines += ["", "## Memory", ""]
+    if memory_rows:
+        lines += _md_table(memory_header, memory_rows)
+    if snapshot_rows:
+        lines += ["", "Allocator snapshots:", ""] + _md_table(snapshot_header, snapshot_rows)
     if any(f.get("fixes") for f in findings) and _install_hint():
         lines += ["", f"The fixes' code imports `accel`: {_install_hint()}."]
     for i, f in enumerate(findings):
@@ -234,8 +288,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += ["", f"### {i + 1}. {_md_text(_title(f))} ({_md_text(f.get('severity'))})", "",
                   _md_text(f.get("summary")), "",
                   f"- **Where:** {_md_text(_where(f, origin))} · id {_md_text(f.get('id'))}",
-                  f"- **Cost:** {_fmt(f.get('cost_ms_per_step'), 3)} ms lost per step "
-                  f"({_fmt(f.get('cost_pct'))}% of the mean step)" + _md_text(_consequence(f, by_id))]
+                  f"- **Cost:** {_md_text(_cost_words(f))}" + _md_text(_consequence(f, by_id))]
         if f.get("review"):
             lines.append(f"- **Review:** {_md_text(_mark_label(f['review']['status']))}"
                          + (f" — {_md_note(f['review']['note'])}" if f["review"].get("note") else ""))
@@ -318,14 +371,20 @@ def render_html(report: Mapping[str, Any]) -> str:
     if findings:
         rows = []
         for i, f in enumerate(findings[:10]):
-            rows.append([i + 1, f.get("severity"), _title(f), _where(f, origin), f.get("cost_ms_per_step"),
-                         f.get("cost_pct"), _top_fix(f)])
-        parts.append(_html_table(["#", "Severity", "Kind", "Where", "Cost (ms/step)", "Cost (% of step)", "Best fix"], rows))
+            rows.append([i + 1, f.get("severity"), _title(f), _where(f, origin), *_cost_cells(f), _top_fix(f)])
+        parts.append(_html_table(["#", "Severity", "Kind", "Where", COST_HEADER, COST_PCT_HEADER, "Best fix"], rows))
     else:
         parts.append("<p>No significant findings: nothing costs more than the reporting threshold of step time.</p>")
     parts.append("<h2>Per-rank figures</h2>")
     parts.append(_html_table([t for _, t in RANK_COLUMNS],
-                             [[r.get(k) for k, _ in RANK_COLUMNS] for r in report.get("ranks") or []]))
+                             [[r.get(k) for k, _ in RANK_COLUMNS] for r in report.get("ranks") or [] if "steps" in r]))
+    memory_header, memory_rows, snapshot_header, snapshot_rows = _memory_tables(report)
+    if memory_rows or snapshot_rows:
+        parts.append("<h2>Memory</h2>")
+    if memory_rows:
+        parts.append(_html_table(memory_header, memory_rows))
+    if snapshot_rows:
+        parts.append("<p>Allocator snapshots:</p>" + _html_table(snapshot_header, snapshot_rows))
     if any(f.get("fixes") for f in findings) and _install_hint():
         parts.append(f"<p>The fixes' code imports <code>accel</code>: {_h_code_spans(_install_hint())}.</p>")
     for i, f in enumerate(findings):
@@ -337,8 +396,7 @@ def render_html(report: Mapping[str, Any]) -> str:
             f"<div class=\"finding\"><h3>{i + 1}. {_h(_title(f))} <span class=\"sev-{sev}\">{_h(f.get('severity'))}</span></h3>"
             f"<p>{_h(f.get('summary'))}</p>"
             f"<p><b>Where:</b> {_h(_where(f, origin))} · id <code>{_h(f.get('id'))}</code><br>"
-            f"<b>Cost:</b> {_h(_fmt(f.get('cost_ms_per_step'), 3))} ms lost "
-            f"per step ({_h(f.get('cost_pct'))}% of the mean step){_h(_consequence(f, by_id))}</p>"
+            f"<b>Cost:</b> {_h(_cost_words(f))}{_h(_consequence(f, by_id))}</p>"
             + (f"<p><b>Review:</b> {_h(_mark_label(f['review']['status']))}"
                + (f" — {note_html(_fmt(f['review']['note']))}" if f["review"].get("note") else "") + "</p>"
                if f.get("review") else "")

@@ -50,11 +50,13 @@ def group_across_ranks(findings: list[Finding]) -> list[Finding]:
                 finding.finding_id = kind
             grouped.extend(group)
             continue
-        group.sort(key=lambda f: (-f.cost_ns, -f.cost_pct, f.rank if f.rank is not None else -1))
+        group.sort(key=lambda f: (-f.cost_ns, -f.cost_pct, -(f.metrics.get("cost_bytes") or 0),
+                                  f.rank if f.rank is not None else -1))
         worst = group[0]
         ranks = sorted(f.rank for f in group if f.rank is not None)
         worst.metrics = {**worst.metrics, "per_rank": [   # ACROSS_RANKS_METRIC_KEYS
-            {"rank": f.rank, "cost_ms_per_step": round(f.cost_ns / 1e6, 3), "cost_pct": round(f.cost_pct, 2)}
+            {"rank": f.rank, "cost_ms_per_step": round(f.cost_ns / 1e6, 3), "cost_pct": round(f.cost_pct, 2),
+             **({"cost_bytes": f.metrics["cost_bytes"]} if "cost_bytes" in f.metrics else {})}
             for f in sorted(group, key=lambda f: f.rank if f.rank is not None else -1)]}
         if len(ranks) > 1:
             worst.summary = (f"On {len(ranks)} ranks ({rank_list(ranks)}); the worst is shown. " + worst.summary)
@@ -89,6 +91,22 @@ def link_consequences(findings: list[Finding], explained_fraction: float, titles
                                   f"{titles.get(best.kind, best.kind)} ({best_excess / 1e6:.2f} ms per step more "
                                   f"than on the other ranks). Fix that first; this wait is its consequence "
                                   f"and is not counted again.")
+
+
+def link_memory_churn(findings: list[Finding]) -> None:
+    """allocator_churn names the GPU time its cudaMalloc/cudaFree calls stall: runtime_stall's
+    allocator share on the same rank (counted there, not again)."""
+    stall = next((f for f in findings if f.kind == "runtime_stall"), None)
+    for churn in (f for f in findings if f.kind == "allocator_churn"):
+        if stall is None or stall.metrics.get("allocator_share") is None:
+            continue
+        costs = per_rank_costs(stall)
+        if churn.rank not in costs:
+            continue
+        ms = costs[churn.rank] / 1e6 * float(stall.metrics["allocator_share"])
+        churn.metrics = {**churn.metrics, "runtime_stall_ms_per_step": round(ms, 3)}
+        churn.summary += (f" Those calls stall the GPU ~{ms:.2f} ms per step: that time is the runtime_stall "
+                          "finding's allocator share, counted there.")
 
 
 def order_findings(findings: list[Finding]) -> list[Finding]:

@@ -130,3 +130,72 @@ CREATE TABLE IF NOT EXISTS audit_log (
     run_id      VARCHAR,
     detail      VARCHAR              -- the new name, tags or note, the finding marked, why a run was purged
 );
+
+-- Memory inputs given beside (or instead of) a run's traces (analyzers/ingest/memory_files.py).
+-- Allocator snapshots (torch.cuda.memory._snapshot(), torch_npu's alike), one row per file.
+CREATE TABLE IF NOT EXISTS memory_snapshots (
+    run_id       VARCHAR NOT NULL,
+    snapshot_id  INTEGER NOT NULL,   -- 0, 1, ... within the run
+    rank         INTEGER NOT NULL,   -- from the file's name (rank3, _3.pickle), else the run's only rank, else 0
+    file_name    VARCHAR NOT NULL,
+    file_hash    VARCHAR NOT NULL,   -- BLAKE3 of the file as given
+    PRIMARY KEY (run_id, snapshot_id)
+);
+
+-- A snapshot's segments (memory the allocator reserved from the device), as the file gives them.
+CREATE TABLE IF NOT EXISTS memory_segments (
+    run_id          VARCHAR NOT NULL,
+    snapshot_id     INTEGER NOT NULL,
+    segment_index   INTEGER NOT NULL,
+    device          INTEGER,
+    address         BIGINT,
+    total_size      BIGINT,          -- reserved bytes
+    allocated_size  BIGINT,
+    active_size     BIGINT,
+    requested_size  BIGINT,
+    stream          BIGINT,
+    segment_type    VARCHAR,         -- 'small' | 'large'
+    is_expandable   BOOLEAN
+);
+
+-- The blocks of each segment: state 'active_allocated' (in use), 'active_pending_free', 'inactive' (free).
+CREATE TABLE IF NOT EXISTS memory_blocks (
+    run_id          VARCHAR NOT NULL,
+    snapshot_id     INTEGER NOT NULL,
+    segment_index   INTEGER NOT NULL,
+    block_index     INTEGER NOT NULL,
+    device          INTEGER,
+    address         BIGINT,
+    size            BIGINT,
+    requested_size  BIGINT,
+    state           VARCHAR,
+    frames          JSON             -- [{name, filename, line}] where it was allocated (innermost first), up to 64
+);
+
+-- A snapshot's allocator history (device_traces): alloc, free_requested, free_completed,
+-- segment_alloc/free/map/unmap, snapshot, oom (size: the failed request; device_free: free then).
+CREATE TABLE IF NOT EXISTS memory_trace (
+    run_id       VARCHAR NOT NULL,
+    snapshot_id  INTEGER NOT NULL,
+    device       INTEGER NOT NULL,
+    seq          INTEGER NOT NULL,   -- order within the device's trace
+    action       VARCHAR,
+    addr         BIGINT,
+    size         BIGINT,
+    stream       BIGINT,
+    time_us      BIGINT,
+    device_free  BIGINT,
+    frames       JSON
+);
+
+-- torch.profiler export_memory_timeline raw rows ([ts, action, bytes, category]).
+CREATE TABLE IF NOT EXISTS memory_timeline (
+    run_id     VARCHAR NOT NULL,
+    rank       INTEGER NOT NULL,
+    file_name  VARCHAR NOT NULL,
+    seq        INTEGER NOT NULL,
+    ts_ns      BIGINT,               -- NULL: memory that existed before profiling (ts -1)
+    action     VARCHAR,              -- preexisting | create | increment_version | destroy
+    bytes      BIGINT,               -- negative when memory is released
+    category   VARCHAR               -- parameter | optimizer_state | input | temporary | activation | gradient | autograd_detail | unknown
+);

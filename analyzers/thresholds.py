@@ -53,6 +53,36 @@ PCIE_PRACTICAL_GBPS = 25.0
 # A pageable or synchronous copy achieving below this share of the link is flagged as slow.
 SLOW_COPY_FRACTION = 0.5
 
+# --- memory (analyses/memory_*, allocator_*): costed in bytes and % of the device's memory --
+# Severity of a memory finding from its bytes as a share of the device's memory (of the peak
+# allocated where the trace does not say the device's size, e.g. CPU memory).
+MEMORY_SEVERITY_HIGH_PCT = 20.0
+MEMORY_SEVERITY_MEDIUM_PCT = 10.0
+# memory_growth: allocated at the end of each step rising over at least this many steps, in at
+# least this share of the step-to-step changes, by at least this much per step. A steady loop
+# ends every step at the same level (allocator rounding aside); optimizer state created in the
+# first step is one rise, not a trend.
+MEMORY_GROWTH_MIN_STEPS = 4
+MEMORY_GROWTH_RISING_FRACTION = 0.75
+MEMORY_GROWTH_MIN_BYTES_PER_STEP = 256 * 1024
+# memory_spike: one allocation held at a step's peak that lives through at most this share of the
+# step's memory events
+# and makes at least MEMORY_SPIKE_FRACTION of how far the step rose above where it began (and
+# MEMORY_SPIKE_MIN_BYTES): a transient intermediate that sets the peak. Activations live from the
+# forward to the backward (most of the step) and each is a small part of the rise.
+MEMORY_SPIKE_FRACTION = 0.5
+MEMORY_SPIKE_MAX_LIFETIME_FRACTION = 0.25
+MEMORY_SPIKE_MIN_BYTES = 1 << 20
+# memory_headroom: the peak reserved leaves at least this share of the device's memory unused.
+MEMORY_HEADROOM_MIN_PCT = 25.0
+# allocator_fragmentation: reserved above allocated by at least this share of reserved and this
+# many bytes (in a snapshot, or at the trace's peak of reserved).
+FRAGMENTATION_MIN_PCT = 20.0
+FRAGMENTATION_MIN_BYTES = 32 << 20
+# allocator_churn: the caching allocator reserves or releases segments this often per step on
+# average; a warm cache does neither in the steady state.
+ALLOCATOR_CHURN_MIN_PER_STEP = 1.0
+
 # --- data loading (analyses/dataloader_stall) ----------------------------------------------
 # The data loader must hold the training loop for at least this share of the step (the task's
 # "a data loader under 5% of the step is noise").

@@ -26,6 +26,7 @@ REVIEW_PAGES = [
     ("views/findings.py", "Findings", ":material/stethoscope:"),
     ("views/timeline.py", "Timeline", ":material/timeline:"),
     ("views/kernels.py", "Operators & kernels", ":material/bar_chart:"),
+    ("views/memory.py", "Memory", ":material/memory_alt:"),
     ("views/ranks.py", "Ranks", ":material/grid_on:"),
     ("views/communication.py", "Communication", ":material/sync_alt:"),
     ("views/compare.py", "Compare runs", ":material/compare_arrows:"),

@@ -63,6 +63,16 @@ def table(frame: pd.DataFrame, bytes_columns: tuple[str, ...] = (), **kwargs: An
     st.dataframe(shown, **{"hide_index": True, "width": "stretch", **kwargs})
 
 
+def cost_words(finding: dict[str, Any]) -> tuple[str, str]:
+    """A finding's cost and its share, in words: "1.23 ms/step", "5.0 % of step"; a memory finding
+    (metrics.cost_bytes) costs bytes: "32.0 MiB", "12.5 % of device memory" (or "memory")."""
+    metrics = finding.get("metrics") or {}
+    if metrics.get("cost_bytes") is not None:
+        pct = metrics.get("cost_pct_of_device_memory")
+        return human_bytes(metrics["cost_bytes"]), ("memory" if pct is None else f"{pct:.1f} % of device memory")
+    return f"{finding['cost_ms_per_step']:,.2f} ms/step", f"{finding['cost_pct']:.1f} % of step"
+
+
 def duration(ms: float) -> str:
     """A step time for a metric tile: '31.20 ms', or '726.89 s' from 10 s on (a tile shows ~10 characters)."""
     return f"{ms / 1000:,.2f} s" if abs(ms) >= 10_000 else f"{ms:,.2f} ms"

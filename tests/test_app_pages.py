@@ -20,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 HOME = str(REPO_ROOT / "app" / "Home.py")
 PAGES = ["views/overview.py", "views/findings.py", "views/timeline.py", "views/ranks.py",
          "views/communication.py", "views/compare.py", "views/report.py", "views/load.py", "views/runs.py",
-         "views/gpus.py"]
+         "views/gpus.py", "views/memory.py"]
 
 
 def open_app(monkeypatch, db: Path, samples: str = "none", run_id: str | None = None) -> AppTest:

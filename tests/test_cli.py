@@ -175,7 +175,7 @@ def test_nothing_loaded_report_keeps_every_contract_key(tmp_path):
     bad = tmp_path / "empty.json"
     bad.write_text("")
     report = json.loads(run_cli("analyze", str(bad), db=tmp_path / "s.duckdb").stdout)
-    assert set(report) == {"run", "errors", "ranks", "findings", "notes"}
+    assert set(report) == {"run", "errors", "ranks", "memory_snapshots", "findings", "notes"}
 
 
 def test_a_store_held_by_another_process_is_named_in_plain_words(job, tmp_path):

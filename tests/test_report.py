@@ -20,9 +20,10 @@ from test_launch_gap import synthetic_events
 EVIL = '<script>alert("x")</script>|**bold**'
 RUN_KEYS = {"run_id", "name", "world_size", "ranks", "files", "start_us"}  # start_us: additive, for "ms into the trace"
 RANK_KEYS = {"rank", "steps", "step_time_ms", "idle_pct", "compute_pct", "non_compute_pct", "comm_time_ms",
-             "comm_overlap_pct", "h2d_time_ms"}
+             "comm_overlap_pct", "h2d_time_ms", "memory"}   # memory: additive, None without [memory] events
 FINDING_KEYS = {"id", "kind", "severity", "rank", "step", "stream", "start_us", "end_us", "cost_ms_per_step",
-                "cost_pct", "summary", "metrics", "fixes", "fixes_ruled_out", "fixes_unknown", "review", "ranks", "caused_by"}
+                "cost_pct", "summary", "metrics", "fixes", "fixes_ruled_out", "fixes_unknown", "review", "ranks", "caused_by",
+                "cost_bytes", "cost_pct_of_device_memory"}   # additive: memory findings' cost
 
 
 @pytest.fixture()
@@ -55,7 +56,7 @@ def test_review_marks_reach_json_markdown_and_html_escaped():
 
 def test_report_follows_the_contract(report):
     rep, findings = report
-    assert set(rep) == {"run", "errors", "ranks", "findings", "notes"}
+    assert set(rep) == {"run", "errors", "ranks", "memory_snapshots", "findings", "notes"}
     assert set(rep["run"]) == RUN_KEYS
     assert rep["run"]["ranks"] == [0] and rep["run"]["files"] == [EVIL + ".json"]
     assert rep["errors"] == [{"file": EVIL, "error": "not JSON: " + EVIL}]

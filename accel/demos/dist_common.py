@@ -91,7 +91,8 @@ def _rank_main(rank: int, world_size: int, port: int, module_name: str, variants
     def profile_and_record(variant: str, workload: RankWorkload, times: list[float]) -> None:
         dist.barrier()
         trace = Path(out_dir) / variant / f"rank-{rank}.json.gz"
-        profile_steps(workload.step, config.get("profile_steps", 3), trace, "cpu", warmup=0)
+        profile_steps(workload.step, config.get("profile_steps", 3), trace, "cpu", warmup=0,
+                      profile_memory=bool(config.get("profile_memory")))
         dist.barrier()
         checks = workload.checks() if workload.checks else {}
         timing_file = Path(out_dir) / "timings" / f"{variant}-rank-{rank}.json"

@@ -25,6 +25,7 @@ from ..store import read_only_reason
 from ..runs import restore_run
 from .jobs import JobFile, clock_start_us, group_jobs, head_start_us, mixed_jobs_message
 from .layout import Layout, LayoutError, scan_layout
+from . import memory_files
 from .parse import (delete_dropped, delete_rank, insert_events, is_blank, join_parts, needs_exact, part_counts,
                     predict_exact, predict_exact_ranges, rank_counts, remove_parts, write_parts)
 from .ranks import assign_ranks, metadata_warnings, rank_columns, utf8_text, world_size, world_size_mismatch
@@ -123,9 +124,15 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root
             actor: str | None = None) -> list[IngestResult]:
     # a cluster's tasks hash plain files as they parse them: the driver reads only their heads
     defer_hash = events_root is not None and getattr(runner, "hashes_in_tasks", False)
-    files, errors = collect(paths, tmpdir, limits, teller(progress) if progress else None, threads=_threads(con),
+    # allocator snapshots and memory timelines, by content: read apart, stored with the run
+    memory, trace_paths, memory_in_dirs = memory_files.split_inputs(paths, limits.max_files_per_dir)
+    memory_load = memory_files.read_all(memory)
+    files, errors = collect(trace_paths, tmpdir, limits, teller(progress) if progress else None, threads=_threads(con),
                             defer_plain_hash=defer_hash, defer_compressed=defer_hash, confine_to=confine_to,
-                            pinned=pinned)
+                            pinned=pinned, skip_files=memory_in_dirs)
+    memory_origins = {item.origin for item in memory}
+    errors = [e for e in errors if not (e.file in memory_origins and "holds no .json" in e.error)]
+    errors += [FileError(display, error) for display, error in memory_load.errors]
     warnings: list[FileError] = []
     prepared, staging = {}, None
     if defer_hash:      # the tasks parse (hash, inflate) those files first; the plan follows from them
@@ -133,8 +140,10 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root
 
         files, prepared, staging = parse_before_planning(files, errors, progress, limits, events_root, runner)
     try:
+        if not files and memory_load.files:     # memory files alone: a run of their own
+            return [_memory_only_run(con, paths, name, memory_load.files, errors, warnings)]
         return _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_root, runner, files, errors,
-                               warnings, prepared, restore_trashed, actor)
+                               warnings, prepared, restore_trashed, actor, memory_load.files)
     finally:
         if staging is not None:
             from .. import partitions
@@ -143,7 +152,8 @@ def _ingest(con, paths, name, progress, limits, tmpdir, split: bool, events_root
 
 
 def _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_root, runner, files, errors,
-                    warnings, prepared, restore_trashed: bool = True, actor: str | None = None) -> list[IngestResult]:
+                    warnings, prepared, restore_trashed: bool = True, actor: str | None = None,
+                    memory=()) -> list[IngestResult]:
     files = _drop_repeated_content(files, warnings)
     scanned: list[tuple[RankFile, Layout]] = []
     for source in files:
@@ -171,7 +181,7 @@ def _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_ro
     if len(jobs) <= 1:
         return [_ingest_job(con, paths, scanned, name, progress, limits, tmpdir, errors, warnings,
                             events_root=events_root, runner=runner, prepared=prepared,
-                            restore_trashed=restore_trashed, actor=actor)]
+                            restore_trashed=restore_trashed, actor=actor, memory=memory)]
     results = []
     tell = teller(progress)
     for number, job in enumerate(jobs, 1):
@@ -183,14 +193,16 @@ def _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_ro
                                    f"{name} · {job.label}" if name else job.label, job_progress, limits, tmpdir,
                                    errors if number == 1 else [], warnings if number == 1 else [],
                                    job_name=True, events_root=events_root, runner=runner, prepared=prepared,
-                                   restore_trashed=restore_trashed, actor=actor))
+                                   restore_trashed=restore_trashed, actor=actor,
+                                   memory=_memory_of_job(memory, [scanned[i][0] for i in job.members],
+                                                         first=number == 1)))
     return results
 
 
 def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progress, limits, tmpdir,
                 errors: list[FileError], warnings: list[FileError], job_name: bool = False,
                 events_root: str | None = None, runner=None, prepared=None,
-                restore_trashed: bool = True, actor: str | None = None) -> IngestResult:
+                restore_trashed: bool = True, actor: str | None = None, memory=()) -> IngestResult:
     """One job's scanned files -> one run (or the stored identical one); job_name: name is the
     job's own (one of several jobs of the input), not the input's. events_root: its events as
     Parquet partitions there (ingest/partitioned.py), a task per rank on `runner`."""
@@ -212,17 +224,20 @@ def _ingest_job(con, paths, scanned: list[tuple[RankFile, Layout]], name, progre
         from ..cluster import InProcess
         from .partitioned import write_partitioned_job
 
-        return write_partitioned_job(con, items, run_name_of, source_text, errors, warnings, progress, limits,
-                                     events_root, runner or InProcess(), prepared, restore_trashed, actor)
+        result = write_partitioned_job(con, items, run_name_of, source_text, errors, warnings, progress, limits,
+                                       events_root, runner or InProcess(), prepared, restore_trashed, actor)
+        if result.run_id and memory:      # attached after the events' commit (files already there skipped)
+            _attach_memory(con, result.run_id, memory, result.ranks)
+        return result
     together = True
     conflicts = 0
     while items:
-        run_id, full_hash = _run_id(items)
+        run_id, full_hash = _run_id(items, [m.content_hash for m in memory])
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
             return stored_again(con, run_id, items, errors, warnings, restore_trashed, actor)
         try:
             warnings += _write_run(con, items, run_id, full_hash, run_name, source_text, tmpdir, limits,
-                                   together, progress)
+                                   together, progress, memory=memory)
         except _ParseFailure as failure:
             if failure.item is None:
                 together = False        # find the file DuckDB refused, one statement each
@@ -360,9 +375,59 @@ def _retry_cheaper(failure: _ParseFailure) -> bool:
     return False
 
 
-def _run_id(items: list[_RankInput]) -> tuple[str, str]:
-    full = blake3.blake3("\n".join(sorted(i.source.content_hash for i in items)).encode()).hexdigest()
+def _run_id(items: list[_RankInput], memory_hashes=()) -> tuple[str, str]:
+    """The run's id from its files' hashes: the rank files', and the memory files' stored with them."""
+    full = blake3.blake3("\n".join(sorted([*(i.source.content_hash for i in items), *memory_hashes])).encode()
+                         ).hexdigest()
     return full[:12], full
+
+
+def _memory_of_job(memory, job_files: list[RankFile], first: bool) -> list:
+    """The memory files that go with one of several jobs: those in a folder of its rank files; the
+    first job also takes those in no job's folder."""
+    folders = {str(Path(f.display).parent) for f in job_files}
+    mine = [m for m in memory if str(Path(m.display).parent) in folders]
+    return mine if mine or not first else [m for m in memory if str(Path(m.display).parent) == "."]
+
+
+def _attach_memory(con: duckdb.DuckDBPyConnection, run_id: str, memory, ranks: list[int]) -> None:
+    """Store memory files with an existing run, in one transaction, skipping those it has."""
+    have = {row[0] for row in con.execute(
+        "SELECT file_hash FROM memory_snapshots WHERE run_id = ? UNION SELECT file_name FROM memory_timeline "
+        "WHERE run_id = ?", [run_id, run_id]).fetchall()}
+    new = [m for m in memory if m.content_hash not in have and m.member not in have]
+    if not new:
+        return
+    con.execute("BEGIN TRANSACTION")
+    try:
+        memory_files.store(con, run_id, new, ranks)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _memory_only_run(con: duckdb.DuckDBPyConnection, paths, name, memory, errors, warnings) -> IngestResult:
+    """A run of memory files alone (snapshots, timelines, no trace): its id from their hashes."""
+    run_id, full_hash = _run_id([], [m.content_hash for m in memory])
+    shown = [m.display for m in memory]
+    ranks = sorted({m.rank if m.rank is not None else 0 for m in memory})
+    if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
+        restore_run(con, run_id, detail="its files were ingested again")
+        return IngestResult(run_id, errors, warnings, reused=True, files=shown, ranks=ranks)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        memory_files.store(con, run_id, memory, [])
+        insert_run_row(con, run_id, utf8_text(name or default_name(paths)),
+                       utf8_text(" ".join(redact_url(str(p)) for p in paths)), full_hash, None)
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        raise
+    return IngestResult(run_id, errors, warnings, reused=False, files=shown, ranks=ranks)
 
 
 def _threads(con: duckdb.DuckDBPyConnection) -> int:
@@ -388,7 +453,7 @@ def _plain_duckdb_error(exc: Exception) -> str:
 
 def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: str, full_hash: str,
                name: str, source: str, tmpdir: str, limits: Limits, together: bool,
-               progress: Progress | None) -> list[FileError]:
+               progress: Progress | None, memory=()) -> list[FileError]:
     """One transaction: every rank's events and ranks row, then the run row. Raises _ParseFailure.
 
     together: all rank files in one statement (the fast way, see events.sql); else one statement
@@ -435,6 +500,8 @@ def _write_run(con: duckdb.DuckDBPyConnection, items: list[_RankInput], run_id: 
                                           "fields (each needs 'ph', a numeric 'ts', and 'dur' >= 0 when ph is 'X')"))
             _insert_rank_row(con, run_id, item, kept)
             tell("writing", item.source.display, index / n, done=index, total=n, rank=item.rank, rows=kept)
+        if memory:
+            memory_files.store(con, run_id, list(memory), [i.rank for i in items])
         insert_run_row(con, run_id, name, source, full_hash, world_size([i.layout.meta for i in items]))
         con.execute("COMMIT")
     except BaseException as exc:

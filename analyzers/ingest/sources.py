@@ -701,7 +701,7 @@ def collect(paths: list, tmpdir: str, limits: Limits,
             progress: Callable[[str, str, float], None] | None = None,
             threads: int = 1, defer_plain_hash: bool = False,
             defer_compressed: bool = False, confine_to: str | None = None,
-            pinned: list[int] | None = None) -> tuple[list[RankFile], list[FileError]]:
+            pinned: list[int] | None = None, skip_files=frozenset()) -> tuple[list[RankFile], list[FileError]]:
     """Every rank file the inputs hold, as plain JSON on disk or (inflated ones) as parse ranges
     for `threads` parser threads, plus the inputs that failed. defer_plain_hash: plain files are
     not read here (content_hash ""): the tasks that parse them hash them (ingest/partitioned.py);
@@ -725,7 +725,8 @@ def collect(paths: list, tmpdir: str, limits: Limits,
                 errors.append(FileError(exc.display, exc.message))
                 continue
         if path.is_dir():
-            found = sorted((p for p in path.rglob("*") if p.is_file() and _is_trace_name(p.name)),
+            found = sorted((p for p in path.rglob("*") if p.is_file() and _is_trace_name(p.name)
+                            and p not in skip_files),
                            key=lambda p: natural_key(p.relative_to(path).as_posix()))
             if not found:
                 errors.append(FileError(str(given), "the directory holds no .json or .json.gz trace files"))

@@ -96,6 +96,18 @@ for col, (part, title) in zip(cols[1:], [("mean_step_ms", "Mean step time"), ("c
                    delta_color="off" if part == "compute_ms" or abs(change) < 0.005 else "inverse",
                    help=HELP.get(part))
 
+memory = comparison.get("memory") or {}
+if memory.get("peak_allocated_before") is not None or memory.get("peak_allocated_after") is not None:
+    peak_cols = st.columns(2)
+    for col, what in zip(peak_cols, ("allocated", "reserved")):
+        before_peak, after_peak = memory.get(f"peak_{what}_before"), memory.get(f"peak_{what}_after")
+        if not after_peak and not before_peak:
+            continue
+        change = (f"{ui.human_bytes(after_peak - before_peak)} vs before" if before_peak is not None
+                  and after_peak is not None else None)
+        col.metric(f"Peak memory {what}", ui.human_bytes(after_peak) or "–", change, delta_color="inverse",
+                   help="the highest over ranks and devices ([memory] events of profile_memory=True)")
+
 kinds = comparison["kinds"]
 left, right = st.columns(2)
 with left:
@@ -113,8 +125,9 @@ with right:
                                               labels=list(steps.index)), width="stretch", key="cmp-steps")
 MS = "%.2f ms"
 ui.table(kinds.assign(kind=[ui.kind_title(k) for k in kinds["kind"]]),
-         column_order=["kind", "before_ms", "after_ms", "delta_ms", "before_pct", "after_pct", "before_count",
-                       "after_count"],
+         column_order=["kind", "before_ms", "after_ms", "delta_ms", "before_pct", "after_pct", "before_bytes",
+                       "after_bytes", "before_count", "after_count"],
+         bytes_columns=("before_bytes", "after_bytes"),
          column_config={
     "kind": st.column_config.TextColumn("Finding", width="large"),
     "before_ms": st.column_config.NumberColumn("Before /step", format=MS, help="cost per step in the before run"),

@@ -115,8 +115,9 @@ OPEN_CARDS = 3  # the costliest findings open; the rest folded, so the page stay
 by_id = {f["id"]: f for f in state.findings(run_id)}   # every finding, for naming a consequence's cause
 
 for position, finding in enumerate(found, start=1):
-    folded_label = (f"{position}. {ui.kind_title(finding['kind'])} — {finding['cost_ms_per_step']:,.2f} ms/step "
-                    f"({finding['cost_pct']:.1f} % of step) · {ui.md(ui.where(finding))}")
+    cost_text, share_text = ui.cost_words(finding)
+    folded_label = (f"{position}. {ui.kind_title(finding['kind'])} — {cost_text} "
+                    f"({share_text}) · {ui.md(ui.where(finding))}")
     card = st.container(border=True) if position <= OPEN_CARDS else st.expander(folded_label)
     with card:
         head, cost = st.columns([4, 1])
@@ -127,8 +128,11 @@ for position, finding in enumerate(found, start=1):
                          "from the waiting ranks and is not counted again.", icon=":material/link:")
         head.markdown(ui.md(finding["summary"]))
         head.caption(ui.md(ui.where(finding, origin)) + f" · id {ui.md(finding['id'])}")
-        cost.metric("Cost per step", f"{finding['cost_ms_per_step']:,.2f} ms", f"{finding['cost_pct']:.1f} % of step",
-                    delta_color="off", delta_arrow="off")
+        if finding["metrics"].get("cost_bytes") is not None:
+            cost.metric("Memory", cost_text, share_text, delta_color="off", delta_arrow="off")
+        else:
+            cost.metric("Cost per step", f"{finding['cost_ms_per_step']:,.2f} ms", share_text,
+                        delta_color="off", delta_arrow="off")
         if finding["mark_status"]:
             cost.caption(f"Review: **{ui.MARK_LABELS[finding['mark_status']]}**")
         # evidence, then the fix below it at the card's full width: its code needs every column

@@ -72,8 +72,9 @@ with right:
         st.success("No problems found above the thresholds.")
     for finding in found[:5]:
         with st.container(border=True):
+            cost_text, share_text = ui.cost_words(finding)
             st.markdown(f"{ui.severity(finding['severity'])} **{ui.kind_title(finding['kind'])}** — "
-                        f"{finding['cost_ms_per_step']:,.2f} ms/step ({finding['cost_pct']:.1f} % of step)")
+                        f"{cost_text} ({share_text})")
             st.caption(ui.md(ui.where(finding, origin)))
     costs = state.run_costs(run_id)
     if found and costs and costs.get("step_ms"):

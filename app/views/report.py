@@ -63,7 +63,7 @@ if report.get("findings"):
     # the same titles as the Findings page and the HTML report: best fit first, as the report lists them
     ui.table(pd.DataFrame([{"#": i, "finding": ui.kind_title(f["kind"]), "severity": f["severity"],
                             "rank": f["rank"], "step": f["step"], "ms/step": f["cost_ms_per_step"],
-                            "% of step": f["cost_pct"],
+                            "% of step": f["cost_pct"], "memory": ui.human_bytes(f.get("cost_bytes")),
                             "fixes": ", ".join(fixinfo.fix_details(fix_id)["title"] for fix_id in f["fixes"])}
                            for i, f in enumerate(report["findings"], start=1)]),
              column_config={"ms/step": st.column_config.NumberColumn(format="%.3f"),

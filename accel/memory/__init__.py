@@ -1,0 +1,1 @@
+"""Fixes for where the memory goes: recompute activations instead of keeping them."""

@@ -1,0 +1,378 @@
+-- requires: lib/steps.sql
+-- Memory: the profiler's [memory] instant events (profile_memory=True) and the allocator
+-- snapshots and memory timelines stored beside a run (schema.sql memory_*). The only
+-- definitions of allocated, reserved, peaks, live allocations and fragmentation: pages, reports,
+-- the CLI and the memory analyses read these.
+
+
+-- memory_events(run): one row per [memory] instant event (cat cpu_instant_event, ph i).
+-- Bytes > 0 is an allocation, < 0 a free; the totals are the allocator's after the event: on a
+-- GPU its allocated/reserved stats (everything the process holds on the device). On CPU torch
+-- counts only what it saw while profiling memory, and the count carries over from earlier
+-- profiling sessions of the process (their frees are never seen): total_allocated there is
+-- re-based to what was allocated since the trace began (the first event's total less its
+-- bytes is 0), which is what torch's own memory timeline counts; Total Reserved is 0 on CPU.
+-- Columns:
+--   run_id, rank
+--   seq              BIGINT   order of the event on its rank (ts, then the profiler's Ev Idx)
+--   ts_ns, tid
+--   device_type      INTEGER  c10 DeviceType: 0 CPU, 1 CUDA, 20 PrivateUse1 (NPU, ...)
+--   device_id        INTEGER  -1 for CPU
+--   device           VARCHAR  'cpu', 'cuda:0', 'device20:0'
+--   addr, bytes, total_allocated, total_reserved   BIGINT
+--   raw_total_allocated    BIGINT   Total Allocated as the trace writes it
+CREATE OR REPLACE MACRO memory_events(run) AS TABLE
+WITH raw AS (
+    SELECT run_id, rank, ts_ns, tid,
+           json_transform(args, '{"Device Type": "INTEGER", "Device Id": "INTEGER", "Addr": "BIGINT",
+                                  "Bytes": "BIGINT", "Total Allocated": "BIGINT", "Total Reserved": "BIGINT",
+                                  "Ev Idx": "BIGINT"}') AS a
+    FROM events
+    WHERE run_id = run AND kind = 'instant' AND name = '[memory]'
+)
+, typed AS (
+    SELECT run_id, rank,
+           row_number() OVER (PARTITION BY rank ORDER BY ts_ns, a."Ev Idx") AS seq,
+           ts_ns, tid,
+           coalesce(a."Device Type", 0) AS device_type,
+           coalesce(a."Device Id", -1) AS device_id,
+           CASE coalesce(a."Device Type", 0) WHEN 0 THEN 'cpu' WHEN 1 THEN 'cuda:' || coalesce(a."Device Id", 0)
+                ELSE 'device' || a."Device Type" || ':' || coalesce(a."Device Id", 0) END AS device,
+           a."Addr" AS addr, a."Bytes" AS bytes,
+           a."Total Allocated" AS raw_total_allocated, coalesce(a."Total Reserved", 0) AS total_reserved
+    FROM raw
+    WHERE a."Bytes" IS NOT NULL
+)
+SELECT run_id, rank, seq, ts_ns, tid, device_type, device_id, device, addr, bytes,
+       CASE WHEN device_type = 0
+            THEN raw_total_allocated - first_value(raw_total_allocated - bytes) OVER
+                     (PARTITION BY rank, device_type, device_id ORDER BY seq)
+            ELSE raw_total_allocated END AS total_allocated,
+       total_reserved, raw_total_allocated
+FROM typed;
+
+
+-- memory_device_totals(run): the device's memory from the trace's deviceProperties
+-- (totalGlobalMem of the GPU whose id is the device's); NULL for CPU and unknown devices.
+-- Columns: rank, device_id, device_total_bytes
+CREATE OR REPLACE MACRO memory_device_totals(run) AS TABLE
+SELECT rank, TRY_CAST(json_extract_string(p.prop, '$.id') AS INTEGER) AS device_id,
+       TRY_CAST(json_extract_string(p.prop, '$.totalGlobalMem') AS BIGINT) AS device_total_bytes
+FROM (SELECT rank, unnest(CAST(device_properties AS JSON[])) AS prop
+      FROM ranks WHERE run_id = run AND json_type(device_properties) = 'ARRAY') p;
+
+
+-- memory_event_ops(run): for each [memory] event, the cpu_op running on its thread: the
+-- innermost one enclosing it and the outermost. Set-based, no pairwise join (a million events
+-- against a million ops stays a sort): one sweep over the ops' edges and the events gives each
+-- event the depth of the ops open around it; the op open at that depth is the latest op of that
+-- depth that started before it (ASOF join), the outermost the latest of depth 1. At one instant,
+-- ends come before starts and events last (an allocation at an op's first instant is inside it).
+-- ProfilerStep#N ranges are steps, not ops. Columns: rank, seq, op, top_op (NULL outside any op)
+CREATE OR REPLACE MACRO memory_event_ops(run) AS TABLE
+WITH ev AS (
+    SELECT rank, seq, ts_ns, hash(rank, coalesce(tid, '')) AS thread FROM memory_events(run)
+), ops AS MATERIALIZED (
+    SELECT e.rank, hash(e.rank, coalesce(e.tid, '')) AS thread, e.name, e.ts_ns AS start_ns,
+           e.ts_ns + e.dur_ns AS end_ns, e.dur_ns
+    FROM events e
+    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns IS NOT NULL AND e.dur_ns >= 0
+      AND e.rank IN (SELECT DISTINCT rank FROM ev)
+      AND NOT (starts_with(e.name, 'ProfilerStep') AND regexp_matches(e.name, '^ProfilerStep\s*#\s*\d+'))
+), nodes AS (
+    SELECT thread, start_ns AS t, 1 AS ord, -end_ns AS tie, 1 AS delta, NULL::BIGINT AS seq, rank
+    FROM ops WHERE dur_ns > 0
+    UNION ALL
+    SELECT thread, end_ns, 0, 0, -1, NULL, rank FROM ops WHERE dur_ns > 0
+    UNION ALL
+    SELECT thread, ts_ns, 2, 0, 0, seq, rank FROM ev
+), swept AS MATERIALIZED (
+    SELECT *, sum(delta) OVER (PARTITION BY thread ORDER BY t, ord, tie ROWS UNBOUNDED PRECEDING) AS depth
+    FROM nodes
+), op_depths AS (
+    -- each op with its depth (the depth after its start)
+    SELECT thread, t AS start_ns, depth FROM swept WHERE ord = 1
+), opened AS (
+    SELECT d.thread, d.depth, o.start_ns, o.end_ns, o.name
+    FROM (SELECT DISTINCT thread, start_ns, depth FROM op_depths) d
+    JOIN (SELECT thread, start_ns, arg_max(name, end_ns) AS name, max(end_ns) AS end_ns FROM ops
+          WHERE dur_ns > 0 GROUP BY ALL) o USING (thread, start_ns)
+), points AS (
+    SELECT thread, rank, seq, t, depth FROM swept WHERE ord = 2
+), inner_op AS (
+    SELECT p.rank, p.seq, CASE WHEN o.end_ns >= p.t THEN o.name END AS op
+    FROM points p ASOF LEFT JOIN opened o ON o.thread = p.thread AND o.depth = p.depth AND o.start_ns <= p.t
+), outer_op AS (
+    SELECT p.rank, p.seq, CASE WHEN o.end_ns >= p.t THEN o.name END AS top_op
+    FROM points p ASOF LEFT JOIN (SELECT * FROM opened WHERE depth = 1) o
+      ON o.thread = p.thread AND o.start_ns <= p.t
+)
+SELECT i.rank, i.seq, CASE WHEN p.depth > 0 THEN i.op END AS op, CASE WHEN p.depth > 0 THEN t.top_op END AS top_op
+FROM inner_op i JOIN outer_op t USING (rank, seq) JOIN points p USING (rank, seq);
+
+
+-- memory_allocations(run): each allocation matched to its free (the next free of the same
+-- address on the same rank and device), with the op that made it: the innermost cpu_op on the
+-- allocating thread that encloses the event ('(no op)' outside any), and the host step it was
+-- made in. A free whose allocation the trace does not hold (made before profiling) is left out.
+-- Columns:
+--   run_id, rank, device_type, device_id, device, addr, bytes
+--   alloc_seq, alloc_ts_ns, free_seq, free_ts_ns   free_* NULL: still held when the trace ends
+--   op          VARCHAR  innermost enclosing cpu_op (aten::empty under aten::randn)
+--   top_op      VARCHAR  outermost enclosing cpu_op on that thread (aten::randn, a module's forward)
+--   step        INTEGER  the host step holding the allocation (NULL outside steps)
+CREATE OR REPLACE MACRO memory_allocations(run) AS TABLE
+WITH ev AS (
+    SELECT *, lead(bytes) OVER w AS next_bytes, lead(seq) OVER w AS next_seq, lead(ts_ns) OVER w AS next_ts
+    FROM memory_events(run)
+    WINDOW w AS (PARTITION BY rank, device_type, device_id, addr ORDER BY seq)
+), allocs AS (
+    SELECT run_id, rank, device_type, device_id, device, addr, bytes, tid, seq AS alloc_seq, ts_ns AS alloc_ts_ns,
+           CASE WHEN next_bytes < 0 THEN next_seq END AS free_seq,
+           CASE WHEN next_bytes < 0 THEN next_ts END AS free_ts_ns
+    FROM ev WHERE bytes > 0
+), owner AS (
+    SELECT rank, seq AS alloc_seq, op, top_op FROM memory_event_ops(run)
+)
+SELECT a.run_id, a.rank, a.device_type, a.device_id, a.device, a.addr, a.bytes,
+       a.alloc_seq, a.alloc_ts_ns, a.free_seq, a.free_ts_ns,
+       coalesce(w.op, '(no op)') AS op, coalesce(w.top_op, '(no op)') AS top_op,
+       (SELECT any_value(s.step) FROM steps(run) s
+        WHERE s.rank = a.rank AND s.start_ns <= a.alloc_ts_ns AND a.alloc_ts_ns < s.end_ns) AS step
+FROM allocs a LEFT JOIN owner w USING (rank, alloc_seq);
+
+
+-- memory_device_summary(run): per rank and device, what ranks[].memory reports.
+-- Columns:
+--   rank, device_type, device_id, device
+--   events, allocations, frees                  BIGINT
+--   allocated_bytes, freed_bytes                the sums of the allocations and frees
+--   peak_allocated_bytes, peak_reserved_bytes   the highest totals
+--   peak_ts_ns                                  when allocated first reached its peak
+--   first_ts_ns, last_ts_ns
+--   start_allocated_bytes, end_allocated_bytes  allocated after the first and the last event
+--   device_total_bytes                          the device's memory (deviceProperties), NULL when unknown
+CREATE OR REPLACE MACRO memory_device_summary(run) AS TABLE
+SELECT e.rank, e.device_type, e.device_id, any_value(e.device) AS device,
+       count(*) AS events, count(*) FILTER (WHERE e.bytes > 0) AS allocations,
+       count(*) FILTER (WHERE e.bytes < 0) AS frees,
+       coalesce(sum(e.bytes) FILTER (WHERE e.bytes > 0), 0) AS allocated_bytes,
+       coalesce(-sum(e.bytes) FILTER (WHERE e.bytes < 0), 0) AS freed_bytes,
+       max(e.total_allocated) AS peak_allocated_bytes,
+       max(e.total_reserved) AS peak_reserved_bytes,
+       arg_max(e.ts_ns, (e.total_allocated, -e.seq)) AS peak_ts_ns,
+       min(e.ts_ns) AS first_ts_ns, max(e.ts_ns) AS last_ts_ns,
+       arg_min(e.total_allocated, e.seq) AS start_allocated_bytes,
+       arg_max(e.total_allocated, e.seq) AS end_allocated_bytes,
+       any_value(t.device_total_bytes) AS device_total_bytes
+FROM memory_events(run) e
+LEFT JOIN memory_device_totals(run) t ON t.rank = e.rank AND e.device_type = 1 AND t.device_id = e.device_id
+GROUP BY e.rank, e.device_type, e.device_id;
+
+
+-- memory_steps(run): allocated and reserved step by step (host steps), per rank and device.
+-- Columns:
+--   rank, device_type, device_id, device, step, start_ns, end_ns
+--   start_allocated_bytes   allocated when the step began (after the last event before it;
+--                           the first event's total less its bytes when none came before)
+--   end_allocated_bytes     allocated when the step ended
+--   peak_allocated_bytes    the highest allocated inside the step (start_allocated when no event)
+--   peak_ts_ns
+--   peak_reserved_bytes, end_reserved_bytes
+--   reserved_changes        events inside the step that changed reserved (segments allocated or released)
+--   reserved_churn_bytes    the sum of those changes' sizes
+--   events                  [memory] events inside the step
+CREATE OR REPLACE MACRO memory_steps(run) AS TABLE
+WITH ev AS (
+    SELECT *, total_reserved - lag(total_reserved, 1, total_reserved) OVER
+                  (PARTITION BY rank, device_type, device_id ORDER BY seq) AS reserved_delta
+    FROM memory_events(run)
+), devices AS (
+    SELECT DISTINCT rank, device_type, device_id, device FROM ev
+), st AS (
+    SELECT d.*, s.step, s.start_ns, s.end_ns FROM devices d JOIN steps(run) s USING (rank)
+), inside AS (
+    SELECT st.rank, st.device_type, st.device_id, st.step,
+           max(e.total_allocated) AS peak_alloc, arg_max(e.ts_ns, (e.total_allocated, -e.seq)) AS peak_ts,
+           max(e.total_reserved) AS peak_res,
+           arg_max(e.total_allocated, e.seq) AS last_alloc, arg_max(e.total_reserved, e.seq) AS last_res,
+           count(*) AS events,
+           count(*) FILTER (WHERE e.reserved_delta <> 0) AS reserved_changes,
+           coalesce(sum(abs(e.reserved_delta)), 0) AS reserved_churn
+    FROM st JOIN ev e ON e.rank = st.rank AND e.device_type = st.device_type AND e.device_id = st.device_id
+                     AND e.ts_ns >= st.start_ns AND e.ts_ns < st.end_ns
+    GROUP BY ALL
+), before AS (
+    SELECT st.rank, st.device_type, st.device_id, st.step,
+           arg_max(e.total_allocated, e.seq) AS alloc_before, arg_max(e.total_reserved, e.seq) AS res_before
+    FROM st JOIN ev e ON e.rank = st.rank AND e.device_type = st.device_type AND e.device_id = st.device_id
+                     AND e.ts_ns < st.start_ns
+    GROUP BY ALL
+), first_in AS (
+    SELECT st.rank, st.device_type, st.device_id, st.step,
+           arg_min(e.total_allocated - e.bytes, e.seq) AS alloc_first
+    FROM st JOIN ev e ON e.rank = st.rank AND e.device_type = st.device_type AND e.device_id = st.device_id
+                     AND e.ts_ns >= st.start_ns AND e.ts_ns < st.end_ns
+    GROUP BY ALL
+)
+SELECT st.rank, st.device_type, st.device_id, st.device, st.step, st.start_ns, st.end_ns,
+       coalesce(b.alloc_before, f.alloc_first) AS start_allocated_bytes,
+       coalesce(i.last_alloc, b.alloc_before) AS end_allocated_bytes,
+       greatest(coalesce(i.peak_alloc, b.alloc_before), coalesce(b.alloc_before, f.alloc_first)) AS peak_allocated_bytes,
+       i.peak_ts AS peak_ts_ns,
+       greatest(coalesce(i.peak_res, b.res_before), b.res_before) AS peak_reserved_bytes,
+       coalesce(i.last_res, b.res_before) AS end_reserved_bytes,
+       coalesce(i.reserved_changes, 0) AS reserved_changes,
+       coalesce(i.reserved_churn, 0) AS reserved_churn_bytes,
+       coalesce(i.events, 0) AS events
+FROM st LEFT JOIN inside i USING (rank, device_type, device_id, step)
+LEFT JOIN before b USING (rank, device_type, device_id, step)
+LEFT JOIN first_in f USING (rank, device_type, device_id, step);
+
+
+-- memory_live_at(run, at_rank, at_device_type, at_device_id, at_ts): the allocations held at a
+-- moment (made at or before it, freed after it or never), by the op that made them.
+-- Columns: op, allocations, bytes, largest_bytes, steps (the steps they were made in)
+CREATE OR REPLACE MACRO memory_live_at(run, at_rank, at_device_type, at_device_id, at_ts) AS TABLE
+SELECT op, count(*) AS allocations, sum(bytes) AS bytes, max(bytes) AS largest_bytes,
+       list(DISTINCT step ORDER BY step) FILTER (WHERE step IS NOT NULL) AS steps
+FROM memory_allocations(run)
+WHERE rank = at_rank AND device_type = at_device_type AND device_id = at_device_id
+  AND alloc_ts_ns <= at_ts AND (free_ts_ns IS NULL OR free_ts_ns > at_ts)
+GROUP BY op;
+
+
+-- memory_op_stats(run): the TensorBoard plugin's memory view per op, per rank and device.
+-- self: the allocations and frees made by the op itself (innermost enclosing op); total: by the
+-- op and every op it called, summed over its calls (a call inside a call of the same name counts
+-- in both).
+-- Columns:
+--   rank, device, op
+--   calls                      how many times the op ran (on threads that allocated on the device)
+--   self_allocations, self_allocated_bytes, self_frees, self_freed_bytes
+--   total_allocations, total_allocated_bytes, total_freed_bytes
+--   self_net_bytes             self allocated - self freed (> 0: the op leaves memory held)
+--   peak_bytes                 of the op's own allocations, those held at the device's peak
+CREATE OR REPLACE MACRO memory_op_stats(run) AS TABLE
+WITH ev AS (
+    SELECT e.rank, e.device_type, e.device_id, e.device, e.seq, e.ts_ns, hash(e.rank, coalesce(e.tid, '')) AS thread,
+           e.bytes, coalesce(o.op, '(no op)') AS op
+    FROM memory_events(run) e LEFT JOIN memory_event_ops(run) o USING (rank, seq)
+), self AS (
+    SELECT rank, device_type, device_id, any_value(device) AS device, op,
+           count(*) FILTER (WHERE bytes > 0) AS self_allocations,
+           coalesce(sum(bytes) FILTER (WHERE bytes > 0), 0) AS self_allocated_bytes,
+           count(*) FILTER (WHERE bytes < 0) AS self_frees,
+           coalesce(-sum(bytes) FILTER (WHERE bytes < 0), 0) AS self_freed_bytes
+    FROM ev GROUP BY ALL
+), running AS (
+    -- per thread and device: allocated and freed so far, to read any op's totals off its two ends
+    SELECT thread, device_type, device_id, ts_ns,
+           sum(greatest(bytes, 0)) OVER w AS alloc_cum, sum(greatest(-bytes, 0)) OVER w AS free_cum,
+           sum((bytes > 0)::INTEGER) OVER w AS n_cum
+    FROM ev WINDOW w AS (PARTITION BY thread, device_type, device_id ORDER BY ts_ns, seq ROWS UNBOUNDED PRECEDING)
+), devices AS (
+    SELECT DISTINCT rank, thread, device_type, device_id FROM ev
+), ops AS (
+    SELECT d.rank, d.thread, d.device_type, d.device_id, e.name AS op, e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns
+    FROM events e JOIN devices d ON d.rank = e.rank AND d.thread = hash(e.rank, coalesce(e.tid, ''))
+    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns IS NOT NULL AND e.dur_ns >= 0
+), op_totals AS (
+    -- what ran up to the op's end less what ran before its start (strictly before)
+    SELECT o.rank, o.device_type, o.device_id, o.op,
+           coalesce(e.alloc_cum, 0) - coalesce(b.alloc_cum, 0) AS alloc_bytes,
+           coalesce(e.free_cum, 0) - coalesce(b.free_cum, 0) AS freed_bytes,
+           coalesce(e.n_cum, 0) - coalesce(b.n_cum, 0) AS allocs
+    FROM ops o
+    ASOF LEFT JOIN running e ON e.thread = o.thread AND e.device_type = o.device_type AND e.device_id = o.device_id
+                            AND e.ts_ns <= o.end_ns
+    ASOF LEFT JOIN running b ON b.thread = o.thread AND b.device_type = o.device_type AND b.device_id = o.device_id
+                            AND b.ts_ns < o.start_ns
+), total AS (
+    SELECT rank, device_type, device_id, op, count(*) AS calls, sum(allocs) AS total_allocations,
+           sum(alloc_bytes) AS total_allocated_bytes, sum(freed_bytes) AS total_freed_bytes
+    FROM op_totals GROUP BY ALL
+), at_peak AS (
+    SELECT a.rank, a.device_type, a.device_id, a.op, sum(a.bytes) AS peak_bytes
+    FROM memory_allocations(run) a JOIN memory_device_summary(run) p
+      ON p.rank = a.rank AND p.device_type = a.device_type AND p.device_id = a.device_id
+     AND a.alloc_ts_ns <= p.peak_ts_ns AND (a.free_ts_ns IS NULL OR a.free_ts_ns > p.peak_ts_ns)
+    GROUP BY ALL
+)
+SELECT s.rank, s.device, s.op, coalesce(t.calls, 0) AS calls,
+       s.self_allocations, s.self_allocated_bytes, s.self_frees, s.self_freed_bytes,
+       coalesce(t.total_allocations, s.self_allocations) AS total_allocations,
+       coalesce(t.total_allocated_bytes, s.self_allocated_bytes) AS total_allocated_bytes,
+       coalesce(t.total_freed_bytes, s.self_freed_bytes) AS total_freed_bytes,
+       s.self_allocated_bytes - s.self_freed_bytes AS self_net_bytes,
+       coalesce(p.peak_bytes, 0) AS peak_bytes
+FROM self s
+LEFT JOIN total t USING (rank, device_type, device_id, op)
+LEFT JOIN at_peak p USING (rank, device_type, device_id, op);
+
+
+-- memory_snapshot_summary(run): one row per allocator snapshot stored with the run.
+-- allocated = the blocks in state active_allocated; reserved = the segments' total_size;
+-- free inside segments = the inactive blocks; fragmentation = reserved - allocated.
+-- Columns:
+--   snapshot_id, rank, file_name
+--   allocated_bytes, reserved_bytes, fragmentation_bytes, fragmentation_pct (of reserved)
+--   segments, blocks, active_blocks, inactive_blocks
+--   inactive_bytes, largest_free_block_bytes   free blocks inside segments, and the largest
+--   expandable_segments                         segments with is_expandable
+--   devices                                     distinct devices
+--   oom_requested_bytes, oom_device_free_bytes  the allocation that failed (an oom entry in
+--                                               device_traces; the last one) and what was free then; NULL: no OOM
+--   trace_entries
+CREATE OR REPLACE MACRO memory_snapshot_summary(run) AS TABLE
+WITH seg AS (
+    SELECT snapshot_id, count(*) AS segments, coalesce(sum(total_size), 0) AS reserved_bytes,
+           count(*) FILTER (WHERE is_expandable) AS expandable_segments, count(DISTINCT device) AS devices
+    FROM memory_segments WHERE run_id = run GROUP BY snapshot_id
+), blk AS (
+    SELECT snapshot_id, count(*) AS blocks,
+           count(*) FILTER (WHERE state = 'active_allocated') AS active_blocks,
+           count(*) FILTER (WHERE state = 'inactive') AS inactive_blocks,
+           coalesce(sum(size) FILTER (WHERE state = 'active_allocated'), 0) AS allocated_bytes,
+           coalesce(sum(size) FILTER (WHERE state = 'inactive'), 0) AS inactive_bytes,
+           coalesce(max(size) FILTER (WHERE state = 'inactive'), 0) AS largest_free_block_bytes
+    FROM memory_blocks WHERE run_id = run GROUP BY snapshot_id
+), tr AS (
+    SELECT snapshot_id, count(*) AS trace_entries,
+           arg_max(size, seq) FILTER (WHERE action = 'oom') AS oom_requested_bytes,
+           arg_max(device_free, seq) FILTER (WHERE action = 'oom') AS oom_device_free_bytes
+    FROM memory_trace WHERE run_id = run GROUP BY snapshot_id
+)
+SELECT s.snapshot_id, s.rank, s.file_name,
+       coalesce(b.allocated_bytes, 0) AS allocated_bytes, coalesce(g.reserved_bytes, 0) AS reserved_bytes,
+       coalesce(g.reserved_bytes, 0) - coalesce(b.allocated_bytes, 0) AS fragmentation_bytes,
+       CASE WHEN g.reserved_bytes > 0
+            THEN 100.0 * (g.reserved_bytes - coalesce(b.allocated_bytes, 0)) / g.reserved_bytes END AS fragmentation_pct,
+       coalesce(g.segments, 0) AS segments, coalesce(b.blocks, 0) AS blocks,
+       coalesce(b.active_blocks, 0) AS active_blocks, coalesce(b.inactive_blocks, 0) AS inactive_blocks,
+       coalesce(b.inactive_bytes, 0) AS inactive_bytes,
+       coalesce(b.largest_free_block_bytes, 0) AS largest_free_block_bytes,
+       coalesce(g.expandable_segments, 0) AS expandable_segments, coalesce(g.devices, 0) AS devices,
+       t.oom_requested_bytes, t.oom_device_free_bytes, coalesce(t.trace_entries, 0) AS trace_entries
+FROM memory_snapshots s
+LEFT JOIN seg g USING (snapshot_id) LEFT JOIN blk b USING (snapshot_id) LEFT JOIN tr t USING (snapshot_id)
+WHERE s.run_id = run;
+
+
+-- memory_timeline_peak(run): export_memory_timeline files stored with the run: per rank, the
+-- bytes of each category at the moment the timeline's total is highest.
+-- Columns: rank, file_name, peak_ts_ns, peak_total_bytes, category, bytes
+CREATE OR REPLACE MACRO memory_timeline_peak(run) AS TABLE
+WITH running AS (
+    SELECT rank, file_name, seq, ts_ns, category,
+           sum(bytes) OVER (PARTITION BY rank, file_name ORDER BY seq) AS total
+    FROM memory_timeline WHERE run_id = run
+), peak AS (
+    SELECT rank, file_name, arg_max(seq, (total, -seq)) AS peak_seq, max(total) AS peak_total_bytes,
+           arg_max(ts_ns, (total, -seq)) AS peak_ts_ns
+    FROM running GROUP BY ALL
+)
+SELECT p.rank, p.file_name, p.peak_ts_ns, p.peak_total_bytes, t.category, sum(t.bytes) AS bytes
+FROM peak p JOIN memory_timeline t ON t.run_id = run AND t.rank = p.rank AND t.file_name = p.file_name
+                                   AND t.seq <= p.peak_seq
+GROUP BY ALL;
