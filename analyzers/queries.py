@@ -525,12 +525,12 @@ def top_kernels(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, 
     Window, rank and by_rank as top_ops (a step is its GPU-clock window). Columns: rank, name,
     category, calls, total_ms, mean_ms, min_ms, max_ms, streams, busy_pct (of GPU busy time),
     step_pct (of the step / window time), tensor_core, fp32_cuda_core (a matmul that could use
-    tensor cores and does not), busy_ms, window_ms.
+    tensor cores and does not), family and dtype (lib/kernel_taxonomy.sql), busy_ms, window_ms.
     """
     return _frame(con, """
         SELECT rank, name, category, calls, total_ns / 1e6 AS total_ms, mean_ns / 1e6 AS mean_ms,
                min_ns / 1e6 AS min_ms, max_ns / 1e6 AS max_ms, streams, busy_pct, step_pct, tensor_core,
-               fp32_cuda_core, busy_ns / 1e6 AS busy_ms, window_ns / 1e6 AS window_ms
+               fp32_cuda_core, family, dtype, busy_ns / 1e6 AS busy_ms, window_ns / 1e6 AS window_ms
         FROM gpu_kernel_summary($run_id, $t0, $t1, $rank, $step, $by_rank, $tc_patterns)
         ORDER BY total_ns DESC, name, rank
         LIMIT $limit""", {k: v for k, v in {**_view_params(run_id, window, rank, step), "by_rank": bool(by_rank),

@@ -248,6 +248,7 @@ FROM interval_clip('whole_run_activity', 'step_windows');
 --   step_pct     total_ns / window_ns x 100 (share of the step time, or of the window's time)
 --   tensor_core  is_tensor_core_kernel; fp32_cuda_core  is_fp32_simt_matmul: a matmul or
 --                convolution that could use tensor cores and does not (the fp32_matmul finding)
+--   family, dtype  kernel_family, kernel_dtype (lib/kernel_taxonomy.sql)
 --   busy_ns, window_ns   the denominators of the ranks read
 CREATE OR REPLACE MACRO gpu_kernel_summary(run, t0_ns, t1_ns, only_rank, only_step, by_rank, tc_patterns) AS TABLE
 WITH activity AS MATERIALIZED (
@@ -273,6 +274,7 @@ SELECT p.grp_rank AS rank, p.name, p.category, p.calls, p.total_ns::BIGINT AS to
        100.0 * p.total_ns / nullif(w.window_ns, 0) AS step_pct,
        is_tensor_core_kernel(p.name, tc_patterns) AS tensor_core,
        is_fp32_simt_matmul(p.name) AS fp32_cuda_core,
+       kernel_family(p.name) AS family, kernel_dtype(p.name) AS dtype,
        b.busy_ns::BIGINT AS busy_ns, w.window_ns::BIGINT AS window_ns
 FROM per_name p
 LEFT JOIN busy b ON b.grp_rank IS NOT DISTINCT FROM p.grp_rank
