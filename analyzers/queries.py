@@ -538,6 +538,31 @@ def top_kernels(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, 
                           if k != "tc_ops"})
 
 
+def op_perf(con: duckdb.DuckDBPyConnection, run_id: str, limit: int | None = TOP_N_DEFAULT) -> pd.DataFrame:
+    """The per-op performance model over the whole run (metrics/op_perf.sql op_perf): per op name and
+    input shapes, FLOPs and bytes per call, achieved TFLOP/s and TB/s, % of the GPU's peak (gpu_peaks)
+    and the time above the roofline; by GPU time. Empty when the trace has no recorded shapes.
+    Columns: name, category, shape, dtype, calls, gflops, mb, gpu_ms, mean_us, tflops, tbps,
+    flops_per_byte, gpu, peak_tflops, peak_tbps, pct_peak_flops, pct_peak_bw, bound, roofline_ms, lost_ms."""
+    return _frame(con, "SELECT * FROM op_perf($run_id) ORDER BY gpu_ms DESC, name, shape LIMIT $limit",
+                  {"run_id": run_id, "limit": None if limit is None else int(limit)})
+
+
+def perf_by_name(con: duckdb.DuckDBPyConnection, run_id: str, of_kind: str) -> dict[str, dict[str, Any]]:
+    """{name: {tflops, tbps, ...}} over the whole run: per kernel name (of_kind 'kernels',
+    op_perf.sql kernel_perf: achieved rates and occupancy columns) or per op name ('ops': op_perf's
+    shapes together). A name the model does not cover has none."""
+    if of_kind == "kernels":
+        sql = """SELECT name, tflops, tbps, occupancy_pct, blocks_per_sm, warps_per_sm, registers_per_thread,
+                        shared_memory_bytes FROM kernel_perf($run_id)"""
+    else:
+        sql = """SELECT name, sum(gflops * calls) / sum(gpu_ms) AS tflops, sum(mb * calls) * 1048576 / sum(gpu_ms) / 1e9 AS tbps,
+                        sum(lost_ms) AS lost_ms FROM op_perf($run_id) GROUP BY name"""
+    cur = con.execute(sql, {"run_id": run_id})
+    columns = [d[0] for d in cur.description]
+    return {row[0]: dict(zip(columns[1:], row[1:])) for row in cur.fetchall()}
+
+
 def top_modules(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, int] | None = None,
                 rank: int | None = None, step: int | None = None, by_rank: bool = False,
                 limit: int | None = TOP_N_DEFAULT) -> pd.DataFrame:
