@@ -582,12 +582,13 @@ def top_modules(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, 
 
 def operator_diff(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str, of_kind: str = "kernels",
                   limit: int | None = TOP_N_DEFAULT) -> pd.DataFrame:
-    """Per kernel name (of_kind 'kernels') or CPU op name ('ops'), the two runs' whole-run time per
-    step (metrics/operators.sql operator_diff), largest change first.
+    """Per kernel name (of_kind 'kernels'), CPU op name ('ops') or kernel family ('families': gemm,
+    attention, conv, norm, elementwise, comm, ...; lines up runs on different GPU vendors), the two
+    runs' whole-run time per step (metrics/operators.sql operator_diff), largest change first.
     Columns: name, before_ms, after_ms, delta_ms, before_calls, after_calls, delta_calls (per step),
     tensor_core (kernels: on tensor cores; ops: tensor-core eligible)."""
-    if of_kind not in ("kernels", "ops"):
-        raise ValueError(f"of_kind must be 'kernels' or 'ops', not {of_kind!r}")
+    if of_kind not in ("kernels", "ops", "families"):
+        raise ValueError(f"of_kind must be 'kernels', 'ops' or 'families', not {of_kind!r}")
     params = _view_params(run_before, None, None, None)
     return _frame(con, """
         SELECT * FROM operator_diff($before, $after, $of_kind, $tc_patterns, $tc_ops)

@@ -381,12 +381,14 @@ FROM ranks r LEFT JOIN (SELECT rank, count(*) AS n FROM steps(run) GROUP BY rank
 WHERE r.run_id = run;
 
 
--- operator_diff(run_before, run_after, of_kind, tc_patterns, tc_ops): per op name ('ops') or kernel
--- name ('kernels'), the whole run of each side per step (its totals, counted inside the steps as
+-- operator_diff(run_before, run_after, of_kind, tc_patterns, tc_ops): per op name ('ops'), kernel
+-- name ('kernels') or kernel family ('families': lib/kernel_taxonomy.sql kernel_family, which lines
+-- up runs whose kernels are named differently: another GPU vendor, another library), the whole run of each side per step (its totals, counted inside the steps as
 -- the whole-run views count, over the ranks' step count: n_steps from steps(run), 1 on a rank
 -- without steps), what Compare's per-op table shows.
 -- Columns: name, before_ms, after_ms (time per step), delta_ms, before_calls, after_calls
---   (calls per step), delta_calls, tensor_core (kernels: is_tensor_core_kernel; ops: eligible)
+--   (calls per step), delta_calls, tensor_core (kernels: is_tensor_core_kernel; ops: eligible;
+--   families: NULL)
 CREATE OR REPLACE MACRO operator_diff(run_before, run_after, of_kind, tc_patterns, tc_ops) AS TABLE
 WITH step_counts AS (
     SELECT (SELECT steps FROM run_step_count(run_before)) AS before_steps,
@@ -403,6 +405,12 @@ WITH step_counts AS (
     UNION ALL
     SELECT 'after', name, calls, total_ns FROM gpu_kernel_summary(run_after, NULL, NULL, NULL, NULL, FALSE, tc_patterns)
     WHERE of_kind = 'kernels'
+    UNION ALL
+    SELECT 'before', family, sum(calls), sum(total_ns) FROM gpu_kernel_summary(run_before, NULL, NULL, NULL, NULL, FALSE, tc_patterns)
+    WHERE of_kind = 'families' GROUP BY family
+    UNION ALL
+    SELECT 'after', family, sum(calls), sum(total_ns) FROM gpu_kernel_summary(run_after, NULL, NULL, NULL, NULL, FALSE, tc_patterns)
+    WHERE of_kind = 'families' GROUP BY family
 ), per_step AS (
     SELECT name,
            coalesce(max(total_ns) FILTER (WHERE side = 'before'), 0) / (SELECT before_steps FROM step_counts) / 1e6 AS before_ms,
@@ -414,5 +422,5 @@ WITH step_counts AS (
 SELECT name, before_ms, after_ms, after_ms - before_ms AS delta_ms, before_calls, after_calls,
        after_calls - before_calls AS delta_calls,
        CASE WHEN of_kind = 'kernels' THEN is_tensor_core_kernel(name, tc_patterns)
-            ELSE is_tensor_core_eligible_op(name, tc_ops) END AS tensor_core
+            WHEN of_kind = 'ops' THEN is_tensor_core_eligible_op(name, tc_ops) END AS tensor_core
 FROM per_step;
