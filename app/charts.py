@@ -227,35 +227,31 @@ def _add_flows(fig: go.Figure, bars: pd.DataFrame, rows: pd.Series, lanes: pd.Da
                         opacity=0.7)
 
 
-def family_bars(diff: pd.DataFrame) -> go.Figure:
-    """Before / after GPU time per step of each kernel category (queries.operator_diff 'families')."""
-    names = [esc(n) for n in diff["name"]]
+def before_after_bars(names: list[str], frame: pd.DataFrame, title: str, digits: int = 2,
+                      row_px: int = 56) -> go.Figure:
+    """Before / after ms per step (frame's before_ms, after_ms) as horizontal bar pairs, one per name."""
     fig = go.Figure()
     for column, name, color in (("before_ms", "before", "#90a4ae"), ("after_ms", "after", "#2e7d32")):
-        fig.add_bar(y=names, x=diff[column], name=name, marker_color=color, orientation="h",
-                    texttemplate="%{x:.3f}", textposition="outside", cliponaxis=False,
-                    hovertemplate="%{y}<br>" + name + ": %{x:.3f} ms/step<extra></extra>")
+        fig.add_bar(y=names, x=frame[column], name=name, marker_color=color, orientation="h",
+                    texttemplate=f"%{{x:.{digits}f}}", textposition="outside", cliponaxis=False,
+                    hovertemplate="%{y}<br>" + name + f": %{{x:.{digits}f}} ms/step<extra></extra>")
+    # room on the right for the value printed past the longest bar
     layout = {**LAYOUT, "margin": dict(LAYOUT["margin"], r=50)}
-    fig.update_layout(barmode="group", title="GPU time per step by kernel category (ms)",
-                      height=max(300, 140 + 44 * len(names)), **layout)
+    fig.update_layout(barmode="group", title=title, height=max(300, 140 + row_px * len(names)), **layout)
     fig.update_yaxes(autorange="reversed", automargin=True)
     return fig
+
+
+def family_bars(diff: pd.DataFrame) -> go.Figure:
+    """Before / after GPU time per step of each kernel category (queries.operator_diff 'families')."""
+    return before_after_bars([esc(n) for n in diff["name"]], diff, "GPU time per step by kernel category (ms)",
+                             digits=3, row_px=44)
 
 
 def compare_bars(kinds: pd.DataFrame, titles: Iterable[str] | None = None) -> go.Figure:
     """Before / after cost per finding kind as horizontal bar pairs, labelled with the kinds' titles."""
     names = [wrap(esc(t)) for t in titles] if titles is not None else [esc(k).replace("_", " ") for k in kinds["kind"]]
-    fig = go.Figure()
-    for column, name, color in (("before_ms", "before", "#90a4ae"), ("after_ms", "after", "#2e7d32")):
-        fig.add_bar(y=names, x=kinds[column], name=name, marker_color=color, orientation="h",
-                    texttemplate="%{x:.2f}", textposition="outside", cliponaxis=False,
-                    hovertemplate="%{y}<br>" + name + ": %{x:.2f} ms/step<extra></extra>")
-    # room on the right for the value printed past the longest bar
-    layout = {**LAYOUT, "margin": dict(LAYOUT["margin"], r=50)}
-    fig.update_layout(barmode="group", title="Cost per finding kind (ms per step, one finding per cause)",
-                      height=max(300, 140 + 56 * len(names)), **layout)
-    fig.update_yaxes(autorange="reversed", automargin=True)
-    return fig
+    return before_after_bars(names, kinds, "Cost per finding kind (ms per step, one finding per cause)")
 
 
 def metric_series(metrics: dict) -> list[tuple[str, dict[str, float]]]:

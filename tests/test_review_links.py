@@ -10,7 +10,7 @@ from analyzers.ingest import ingest_paths
 from analyzers.findings import analyze_run
 from analyzers.queries import operator_diff
 from analyzers.store import connect
-from test_app_pages import HOME, goto, texts
+from test_app_pages import goto, open_app, texts
 
 PAIR = ("h100__Falconsai_nsfw_image_detection__1016002.json.gz", "mi300__Falconsai_nsfw_image_detection__1016002.json.gz")
 
@@ -45,15 +45,8 @@ def test_the_vendor_pair_lines_up_by_kernel_category(pair_store):
     assert by_family.loc["attention", "after_ms"] > 2.5 * by_family.loc["attention", "before_ms"]
 
 
-def _open(monkeypatch, db, link: str | None = None) -> AppTest:
-    monkeypatch.setenv("TRACEDOCTOR_DB", str(db))
-    monkeypatch.setenv("TRACEDOCTOR_SAMPLES", "none")
-    at = AppTest.from_file(HOME, default_timeout=120)
-    if link is not None:
-        at.query_params["run"] = link
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+def _open(monkeypatch, db, link: str) -> AppTest:
+    return open_app(monkeypatch, db, link=link)
 
 
 def test_a_link_opens_its_run_and_every_page_keeps_it(pair_store, monkeypatch):

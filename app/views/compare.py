@@ -167,6 +167,9 @@ else:
         "tensor_core": st.column_config.TextColumn(
             "Tensor cores" if diff_kind == "kernels" else "Tensor-core eligible"),
     })
-    st.caption("Whole-run time per step of each name on each side (summed over ranks, divided by the ranks' steps), "
-               "largest change first. A kernel renamed by a fix (FP32 sgemm to a TF32 tensor-core GEMM) shows as one "
-               "name gone and one new.")
+    st.caption("Whole-run time per step of each " + ("kernel category (from the kernels' names, "
+               "analyzers/sql/lib/kernel_taxonomy.sql)" if diff_kind == "families" else "name")
+               + " on each side (summed over ranks, divided by the ranks' steps), largest change first. "
+               + ("Categories line up runs whose kernels are named differently: another GPU vendor, another library."
+                  if diff_kind == "families" else "A kernel renamed by a fix (FP32 sgemm to a TF32 tensor-core GEMM) "
+                  "shows as one name gone and one new; 'Kernels by category' lines such runs up."))
