@@ -111,3 +111,23 @@ def test_modern_gemms_count_as_tensor_and_matrix_core_work(shared_traces):
         share = matrix.total_ms.sum() / kernels.total_ms.sum()
         assert share > 0.6, (trace, share)    # the GEMMs and attention are most of a ViT's GPU time
         assert not kernels[kernels.family.isin(["norm", "elementwise"])].tensor_core.any()
+
+
+def test_mtia_activity_is_device_activity(tmp_path):
+    """MTIA traces write their device work as cat 'mtia_ccp_events' (Kineto's CONCURRENT_KERNEL) and
+    their host calls as 'mtia_runtime': the run has device activity, not "no GPU activity"."""
+    import json
+
+    from analyzers.api import analyze_paths
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000}]
+    for i in range(4):
+        events += [{"ph": "X", "cat": "mtia_runtime", "name": "launchKernel", "pid": 1, "tid": 1, "ts": 10 + 200 * i,
+                    "dur": 20, "args": {"correlation": i + 1}},
+                   {"ph": "X", "cat": "mtia_ccp_events", "name": f"mtia_kernel_{i}", "pid": 2, "tid": 3,
+                    "ts": 40 + 200 * i, "dur": 150, "args": {"correlation": i + 1, "device": 0, "stream": 3}}]
+    trace = tmp_path / "mtia_rank0.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    report = analyze_paths([trace])
+    assert report["ranks"][0]["idle_pct"] is not None
+    assert not any("no GPU activity" in note for note in report["notes"])
