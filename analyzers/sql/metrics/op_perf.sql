@@ -1,4 +1,4 @@
--- requires: lib/gpu_activity.sql lib/kernel_taxonomy.sql
+-- requires: lib/kernel_taxonomy.sql
 -- Per-op performance model: FLOPs and bytes moved of each GEMM, convolution, attention,
 -- normalisation and elementwise op from its recorded shapes and dtypes (record_shapes=True:
 -- args "Input Dims", "Input type", "Concrete Inputs"), the GPU time of the work it launched, and so
@@ -14,8 +14,9 @@
 --         the affine parameters); FLOPs ~5 per element (mean, variance, normalise, scale, shift)
 --   ELEMENTWISE  add, sub, mul, div, gelu, silu, relu, tanh, sigmoid (and their in-place forms):
 --         bytes (every tensor input + the output, broadcast to the largest input); FLOPs 1 per output element
--- An op's GPU time is all the GPU work (kernels, copies, sets) launched while it ran on its thread:
--- the op's subtree, as TraceLens' "kernel time" (a cuDNN convolution's layout transposes included).
+-- An op's GPU time is all the GPU work (kernels, copies, sets) launched while it ran on its thread
+-- (op_perf_launches): the op's subtree, as TraceLens' "kernel time" (a cuDNN convolution's layout
+-- transposes included).
 
 
 -- dtype_bytes(t): bytes per element of a profiler "Input type" string (c10::BFloat16, float, ...); NULL for non-tensors.
@@ -82,13 +83,13 @@ CREATE OR REPLACE MACRO conv_out_spatial(x, w, concrete) AS
         // coalesce(TRY_CAST(concrete[4] AS BIGINT[])[i], 1) + 1);
 
 
--- op_perf_instances(run): each modelled op (see the top of the file) with its FLOPs, bytes and GPU time.
--- Columns: rank, tid, name, category ('GEMM' | 'CONV' | 'SDPA' | 'NORM' | 'ELEMENTWISE'), start_ns, end_ns,
---   shape (the inputs' dims, as recorded), dtype (dtype_label of the first input), flops, bytes,
---   gpu_ns (GPU work launched while it ran), kernels (how many)
-CREATE OR REPLACE MACRO op_perf_instances(run) AS TABLE
+-- op_perf_ops(run): each modelled op (see the top of the file) with its FLOPs and bytes.
+-- Columns: op_no (a key), rank, tid, name, category ('GEMM' | 'CONV' | 'SDPA' | 'NORM' | 'ELEMENTWISE'),
+--   start_ns, end_ns, shape (the inputs' dims, as recorded), dtype (dtype_label of the first input), flops, bytes
+CREATE OR REPLACE MACRO op_perf_ops(run) AS TABLE
 WITH ops AS MATERIALIZED (
-    SELECT row_number() OVER () AS op_no, rank, coalesce(tid, '') AS tid, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns,
+    SELECT hash(rank, coalesce(tid, ''), ts_ns, name) AS op_no, rank, coalesce(tid, '') AS tid, name, ts_ns AS start_ns,
+           ts_ns + dur_ns AS end_ns,
            TRY_CAST(json_extract(args, '$."Input Dims"') AS BIGINT[][]) AS dims,
            TRY_CAST(json_extract(args, '$."Input type"') AS VARCHAR[]) AS types,
            TRY_CAST(json_extract(args, '$."Concrete Inputs"') AS VARCHAR[]) AS concrete,
@@ -151,20 +152,55 @@ WITH ops AS MATERIALIZED (
                                                lambda p: numel(p[1])))
         END AS bytes
     FROM shaped
-), op_iv AS (
-    SELECT op_no, rank, tid, start_ns, end_ns FROM modelled WHERE flops IS NOT NULL AND bytes IS NOT NULL
-), launched AS (
-    SELECT o.op_no, sum(l.gpu_dur_ns) AS gpu_ns, count(*) FILTER (WHERE l.gpu_kind = 'kernel') AS kernels
-    FROM op_iv o JOIN launches(run) l
-      ON l.rank = o.rank AND coalesce(l.launch_tid, '') = o.tid
-     AND l.launch_start_ns >= o.start_ns AND l.launch_start_ns < o.end_ns
-    GROUP BY o.op_no
 )
-SELECT m.rank, m.tid, m.name, m.category, m.start_ns, m.end_ns,
-       list_filter(m.dims, lambda d: len(d) > 0)::VARCHAR AS shape, dtype_label(m.types[1]) AS dtype,
-       m.flops, m.bytes, l.gpu_ns, l.kernels, m.op_no
-FROM modelled m JOIN launched l ON l.op_no = m.op_no
-WHERE m.flops IS NOT NULL AND m.bytes IS NOT NULL AND l.gpu_ns > 0;
+SELECT op_no, rank, tid, name, category, start_ns, end_ns,
+       list_filter(dims, lambda d: len(d) > 0)::VARCHAR AS shape, dtype_label(types[1]) AS dtype, flops, bytes
+FROM modelled
+WHERE flops IS NOT NULL AND bytes IS NOT NULL;
+
+
+-- op_perf_launches(run): the GPU work (kernels, copies, sets) each modelled op launched: every
+-- runtime/driver call on the op's thread while it ran (the latest modelled op started before the
+-- call, ASOF, and the modelled op around that one), joined to its GPU activity by correlation (a
+-- graph launch: every kernel it replays).
+-- Columns: op_no, gpu_kind, gpu_name, gpu_dur_ns
+CREATE OR REPLACE MACRO op_perf_launches(run) AS TABLE
+WITH ops AS (
+    SELECT op_no, rank, tid, start_ns, end_ns FROM op_perf_ops(run)
+), calls AS (
+    SELECT rank, coalesce(tid, '') AS tid, ts_ns, correlation FROM events
+    WHERE run_id = run AND kind IN ('runtime', 'driver') AND correlation IS NOT NULL AND ts_ns IS NOT NULL
+), innermost AS (
+    SELECT o.op_no, c.rank, c.correlation
+    FROM calls c ASOF JOIN ops o ON c.rank = o.rank AND c.tid = o.tid AND c.ts_ns >= o.start_ns
+    WHERE c.ts_ns < o.end_ns
+), enclosing AS (
+    -- a modelled op inside another (the bias add inside a convolution): its work is the outer's too.
+    -- The enclosing op is the modelled op started last before it (ASOF; one level of nesting)
+    SELECT i.op_no AS inner_no, o.op_no AS outer_no
+    FROM ops i ASOF JOIN ops o ON o.rank = i.rank AND o.tid = i.tid AND o.start_ns < i.start_ns
+    WHERE o.end_ns >= i.end_ns
+), inside AS (
+    SELECT op_no, rank, correlation FROM innermost
+    UNION ALL
+    SELECT e.outer_no, i.rank, i.correlation FROM innermost i JOIN enclosing e ON e.inner_no = i.op_no
+)
+SELECT i.op_no, g.kind AS gpu_kind, g.name AS gpu_name, g.dur_ns AS gpu_dur_ns
+FROM inside i JOIN events g ON g.rank = i.rank AND g.correlation = i.correlation
+WHERE g.run_id = run AND g.kind IN ('kernel', 'memcpy', 'memset') AND g.dur_ns IS NOT NULL;
+
+
+-- op_perf_instances(run): op_perf_ops with the GPU time of the work each launched (ops that
+-- launched none left out).
+-- Columns: op_perf_ops' columns, gpu_ns, kernels (how many kernels)
+CREATE OR REPLACE MACRO op_perf_instances(run) AS TABLE
+WITH launched AS (
+    SELECT op_no, sum(gpu_dur_ns) AS gpu_ns, count(*) FILTER (WHERE gpu_kind = 'kernel') AS kernels
+    FROM op_perf_launches(run) GROUP BY op_no
+)
+SELECT o.*, l.gpu_ns, l.kernels
+FROM op_perf_ops(run) o JOIN launched l ON l.op_no = o.op_no
+WHERE l.gpu_ns > 0;
 
 
 -- op_perf(run): the per-op performance table, one row per op name and input shapes (TraceLens'
@@ -211,16 +247,14 @@ FROM rated;
 -- Columns: name, modelled_ns (its time under modelled ops), tflops, tbps, occupancy_pct,
 --   blocks_per_sm, warps_per_sm, registers_per_thread, shared_memory_bytes
 CREATE OR REPLACE MACRO kernel_perf(run) AS TABLE
-WITH ops AS MATERIALIZED (
-    SELECT op_no, rank, tid, start_ns, end_ns, flops, bytes, gpu_ns FROM op_perf_instances(run)
+WITH pairs AS MATERIALIZED (
+    SELECT *, sum(gpu_dur_ns) OVER (PARTITION BY op_no) AS op_gpu_ns FROM op_perf_launches(run)
 ), attributed AS (
-    SELECT l.gpu_name AS name, sum(l.gpu_dur_ns) AS modelled_ns,
-           sum(o.flops * l.gpu_dur_ns / o.gpu_ns) AS flops, sum(o.bytes * l.gpu_dur_ns / o.gpu_ns) AS bytes
-    FROM ops o JOIN launches(run) l
-      ON l.rank = o.rank AND coalesce(l.launch_tid, '') = o.tid
-     AND l.launch_start_ns >= o.start_ns AND l.launch_start_ns < o.end_ns
-    WHERE l.gpu_kind = 'kernel'
-    GROUP BY l.gpu_name
+    SELECT p.gpu_name AS name, sum(p.gpu_dur_ns) AS modelled_ns,
+           sum(o.flops * p.gpu_dur_ns / p.op_gpu_ns) AS flops, sum(o.bytes * p.gpu_dur_ns / p.op_gpu_ns) AS bytes
+    FROM pairs p JOIN op_perf_ops(run) o ON o.op_no = p.op_no
+    WHERE p.gpu_kind = 'kernel' AND p.op_gpu_ns > 0
+    GROUP BY p.gpu_name
 ), occupancy AS (
     SELECT name, avg(TRY_CAST(args->>'est. achieved occupancy %' AS DOUBLE)) AS occupancy_pct,
            avg(TRY_CAST(args->>'blocks per SM' AS DOUBLE)) AS blocks_per_sm,
