@@ -193,6 +193,12 @@ def build_context(con: duckdb.DuckDBPyConnection, run_id: str,
         "WHERE source <> 'profiler_step' GROUP BY rank", [run_id]).fetchall()}
     ctx.notes.extend(run_notes_from_ranks(ranks, left_out, inferred))
     ctx.workload = workload_facts(con, run_id)
+    if ctx.workload["workload"] == "inference":
+        engine = ENGINE_NAMES.get(ctx.workload["engine"], ctx.workload["engine"])
+        ctx.notes.append(f"An inference run{f' under {engine}' if engine else ''} ({ctx.workload['evidence']}): a "
+                         "step here is one iteration of its loop (a ProfilerStep: a forward pass, a decode or prefill "
+                         "step, an engine step, a denoising pass), not a training step; fixes for training only are "
+                         "ruled out.")
     return ctx
 
 
