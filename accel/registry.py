@@ -284,6 +284,10 @@ class Fix:
     reads: tuple[str, ...] = ()
     predicate: Predicate | None = None   # the reason the fix cannot help, or None
     bonus: Bonus | None = None           # extra fit from the metrics
+    # the runs it is for (analyzers.root_causes.WORKLOAD_CONTEXTS): training; inference (a forward
+    # loop or pipeline); serving (inference under vLLM, SGLang, TensorRT-LLM, which set graphs,
+    # compile and batching themselves). On a run of another workload it is ruled out with the reason.
+    workloads: tuple[str, ...] = ("training", "inference", "serving")
 
     @property
     def demo(self) -> str:
@@ -365,7 +369,8 @@ class Fix:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "addresses": list(self.addresses),
                 "needs": list(self.needs), "snippet": self.snippet,
-                "description": self.description, "module": self.module, "demo": self.demo}
+                "description": self.description, "module": self.module, "demo": self.demo,
+                "workloads": list(self.workloads)}
 
 
 # --- predicates: (metrics, thresholds) -> the reason the fix cannot help, or None -----------------
@@ -518,6 +523,7 @@ def _slow_link_bonus(m: Metrics, t: Thresholds) -> float:
 _FIX_LIST = [
     Fix(
         id="cuda_graph",
+        workloads=("training",),
         title="Capture the training step in a CUDA graph",
         addresses=["launch_gap"],
         needs=["cuda"],
@@ -542,6 +548,7 @@ _FIX_LIST = [
     ),
     Fix(
         id="compile_reduce_overhead",
+        workloads=("training", "inference"),
         title="torch.compile(mode=\"reduce-overhead\")",
         addresses=["launch_gap"],
         needs=["cuda"],
@@ -565,6 +572,7 @@ _FIX_LIST = [
     ),
     Fix(
         id="fused_optimizer",
+        workloads=("training",),
         title="Fused / foreach optimizer instead of a per-parameter loop",
         addresses=["launch_gap"],
         needs=[],
@@ -591,6 +599,7 @@ _FIX_LIST = [
     ),
     Fix(
         id="triton_fused_elementwise",
+        workloads=("training", "inference"),
         title="Fuse bias + GELU + dropout into one Triton kernel",
         addresses=["launch_gap"],
         needs=["cuda", "triton"],
@@ -614,6 +623,7 @@ _FIX_LIST = [
     ),
     Fix(
         id="cuda_prefetcher",
+        workloads=("training", "inference"),
         title="Prefetch the next batch to the GPU on a side stream (pinned, non_blocking)",
         addresses=["h2d_stall", "host_sync", "dataloader_stall"],
         needs=["cuda"],
@@ -637,6 +647,7 @@ _FIX_LIST = [
     ),
     Fix(
         id="dataloader_tuning",
+        workloads=("training", "inference"),
         title="Tune DataLoader workers, pinning and prefetch from the trace",
         addresses=["dataloader_stall", "h2d_stall"],
         needs=[],
@@ -744,6 +755,7 @@ _FIX_LIST = [
     # --- owned by the accel-dist helper (modules and demos under accel/comm, accel/demos/dist_*) --
     Fix(
         id="balanced_sampler",
+        workloads=("training",),
         title="Balance tokens per rank with a length-aware distributed sampler",
         addresses=["rank_imbalance"],
         needs=["multi_rank"],
@@ -776,6 +788,7 @@ _FIX_LIST = [
     ),
     Fix(
         id="comm_compression",
+        workloads=("training",),
         title="Compress DDP gradients to bf16/fp16 (communication hook)",
         addresses=["comm_exposed"],
         needs=["multi_rank"],
@@ -801,6 +814,7 @@ _FIX_LIST = [
     ),
     Fix(
         id="powersgd",
+        workloads=("training",),
         title="PowerSGD low-rank gradient compression",
         addresses=["comm_exposed"],
         needs=["multi_rank"],
@@ -829,6 +843,7 @@ _FIX_LIST = [
     ),
     Fix(
         id="ddp_bucket_tuning",
+        workloads=("training",),
         title="Size DDP buckets from the trace (bucket_cap_mb, gradient_as_bucket_view)",
         addresses=["comm_exposed"],
         needs=["multi_rank"],
@@ -851,6 +866,7 @@ _FIX_LIST = [
     ),
     Fix(
         id="no_sync_accumulation",
+        workloads=("training",),
         title="All-reduce once per optimizer step when accumulating gradients (no_sync)",
         addresses=["comm_exposed"],
         needs=["multi_rank"],
@@ -873,6 +889,7 @@ _FIX_LIST = [
     ),
     Fix(
         id="hierarchical_allreduce",
+        workloads=("training",),
         title="Hierarchical all-reduce (reduce-scatter in node, all-reduce across, all-gather)",
         addresses=["comm_exposed"],
         needs=["multi_rank"],
@@ -896,6 +913,7 @@ _FIX_LIST = [
     ),
     Fix(
         id="activation_checkpointing",
+        workloads=("training",),
         title="Recompute activations in the backward instead of keeping them (activation checkpointing)",
         addresses=["memory_spike", "allocator_fragmentation"],
         needs=[],
@@ -918,6 +936,7 @@ _FIX_LIST = [
     ),
     Fix(
         id="zero_optimizer",
+        workloads=("training",),
         title="Shard the optimizer state across data-parallel ranks (ZeroRedundancyOptimizer)",
         addresses=["allocator_fragmentation", "memory_spike"],
         needs=["multi_rank"],
@@ -938,6 +957,33 @@ _FIX_LIST = [
         module="accel.memory.sharded_optimizer",
         demo_module="accel.demos.dist_zero_optimizer",
         fit={"allocator_fragmentation": 0.4, "memory_spike": 0.2},
+    ),
+    Fix(
+        id="serving_cuda_graphs",
+        workloads=("serving",),
+        title="Serving engine: CUDA graphs for every batch size served, overlap scheduling on",
+        addresses=["launch_gap", "host_sync"],
+        needs=["cuda"],
+        snippet=(
+            "from accel.serving import serving_graph_settings\n"
+            "# your engine (\"vllm\", \"sglang\" or \"tensorrt_llm\") and the largest decode batch served\n"
+            "for line in serving_graph_settings(\"sglang\", max_batch=64):\n"
+            "    print(line)\n"
+            "# SGLang: python -m sglang.launch_server --model-path MODEL --cuda-graph-max-bs 64\n"
+            "#         (not --disable-cuda-graph, not --disable-overlap-schedule)\n"
+            "# vLLM:   vllm serve MODEL --async-scheduling (not --enforce-eager)\n"
+            "#         --compilation-config '{\"cudagraph_capture_sizes\": [1, 2, 4, 8, 16, 32, 64]}'\n"
+        ),
+        description=(
+            "Serving engines replay decode steps from CUDA graphs captured at start-up for a list "
+            "of batch sizes and overlap the scheduler's CPU work with the GPU step. Eager mode "
+            "(vLLM --enforce-eager, SGLang --disable-cuda-graph), a batch above the largest "
+            "captured size, or overlap turned off launch every kernel from Python again: the GPU "
+            "then waits between kernels. Costs GPU memory per captured size and start-up time."
+        ),
+        module="accel.serving",
+        demo_module="accel.demos.serving_cuda_graphs",
+        fit={"launch_gap": 0.5, "host_sync": 0.3},   # after the general fixes where the workload is unknown
     ),
 ]
 
@@ -993,5 +1039,5 @@ def fixes_unknown(fix_ids: list[str], metrics: Metrics | None, *, kind: str | No
 
 def list_fixes() -> list[dict[str, Any]]:
     """[{id, title, addresses, needs}] for `python -m accel.demo --list --format json`."""
-    return [{"id": f.id, "title": f.title, "addresses": list(f.addresses), "needs": list(f.needs)}
-            for f in FIXES.values()]
+    return [{"id": f.id, "title": f.title, "addresses": list(f.addresses), "needs": list(f.needs),
+             "workloads": list(f.workloads)} for f in FIXES.values()]

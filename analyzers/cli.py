@@ -599,6 +599,11 @@ def _cmd_top(con, args) -> int:
     top = queries.top_kernels if of_kind == "kernels" else queries.top_ops
     frame = top(con, run_id, rank=args.rank, limit=args.limit)
     rows = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    # achieved TFLOP/s and TB/s (the per-op performance model, whole run), occupancy where recorded
+    perf = queries.perf_by_name(con, run_id, of_kind)
+    blank = dict.fromkeys(next(iter(perf.values()), {"tflops": None, "tbps": None}))
+    for r in rows:
+        r.update({k: (None if v != v else v) for k, v in perf.get(r["name"], blank).items()})   # NaN -> None
     if args.json:
         _print_json({"run_id": run_id, "of": of_kind, "rank": args.rank, "rows": rows})
         return EXIT_OK
@@ -613,16 +618,21 @@ def _cmd_top(con, args) -> int:
     def pct(v):
         return "" if v is None else f"{v:.1f}%"
 
+    def rate(v):
+        return "" if v is None else f"{v:,.3g}"
+
     if of_kind == "kernels":
         table = [{"kernel": r["name"], "calls": f"{r['calls']:,}", "total ms": ms(r["total_ms"]),
                   "mean ms": ms(r["mean_ms"]), "% busy": pct(r["busy_pct"]), "% step": pct(r["step_pct"]),
-                  "tensor cores": "yes" if r["tensor_core"] else ("FP32, could" if r["fp32_cuda_core"] else "")}
+                  "tensor cores": "yes" if r["tensor_core"] else ("FP32, could" if r["fp32_cuda_core"] else ""),
+                  "TFLOP/s": rate(r.get("tflops")), "TB/s": rate(r.get("tbps"))}
                  for r in rows]
     else:
         table = [{"op": r["name"], "calls": f"{r['calls']:,}", "self ms": ms(r["self_ms"]),
                   "total ms": ms(r["total_ms"]), "% step (self)": pct(r["self_pct"]), "GPU ms": ms(r["gpu_total_ms"]),
                   "tensor cores": ("eligible" + ("" if r["tc_pct"] is None else f", {r['tc_pct']:.0f}% used"))
-                                  if r["tensor_core_eligible"] else ""}
+                                  if r["tensor_core_eligible"] else "",
+                  "TFLOP/s": rate(r.get("tflops")), "TB/s": rate(r.get("tbps"))}
                  for r in rows]
     print(_format_table(table, list(table[0])))
     return EXIT_OK

@@ -30,8 +30,8 @@ from analyzers.integrity import integrity_notes
 from analyzers.analyses import analysis_modules, analysis_specs, gap_causes
 from analyzers.model import Finding
 from analyzers.progress import Progress, teller
-from analyzers.root_causes import (RunCosts, group_across_ranks, link_consequences, link_memory_churn,
-                                   order_findings, run_costs, unmet_needs)
+from analyzers.root_causes import (SERVING_ENGINES, RunCosts, group_across_ranks, link_consequences,
+                                   link_memory_churn, order_findings, run_costs, unmet_needs, workload_mismatch)
 from analyzers.safe_text import SUMMARY_LIMIT, clip
 from analyzers import partitions
 from analyzers.sqlrun import ensure_loaded, run_cache, run_ranks
@@ -125,6 +125,8 @@ class AnalysisContext:
     ranks: dict[int, RankInfo]
     notes: list[str] = field(default_factory=list)
     cache: dict[Any, Any] = field(default_factory=dict)   # query results analyses share
+    # what the run does (workload_facts): workload, engine, evidence, job_ranks
+    workload: dict[str, Any] = field(default_factory=dict)
 
     @property
     def has_gpu(self) -> bool:
@@ -190,7 +192,45 @@ def build_context(con: duckdb.DuckDBPyConnection, run_id: str,
         "SELECT rank, any_value(source), any_value(marker), count(*) FROM steps(?) "
         "WHERE source <> 'profiler_step' GROUP BY rank", [run_id]).fetchall()}
     ctx.notes.extend(run_notes_from_ranks(ranks, left_out, inferred))
+    ctx.workload = workload_facts(con, run_id)
+    if ctx.workload["workload"] == "inference":
+        engine = ENGINE_NAMES.get(ctx.workload["engine"], ctx.workload["engine"])
+        ctx.notes.append(f"An inference run{f' under {engine}' if engine else ''} ({ctx.workload['evidence']}): a "
+                         "step here is one iteration of its loop (a ProfilerStep: a forward pass, a decode or prefill "
+                         "step, an engine step, a denoising pass), not a training step; fixes for training only are "
+                         "ruled out.")
     return ctx
+
+
+# The names a run's engine is shown by (lib/workload.sql run_workload's engine column).
+ENGINE_NAMES = {**SERVING_ENGINES, "xdit": "xDiT", "diffusers": "Diffusers", "hf_generate": "Hugging Face generate"}
+
+
+def workload_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+    """{workload, engine, evidence, job_ranks}: lib/workload.sql run_workload with its evidence in
+    words, and the job's rank count where the trace declares more ranks than the run holds."""
+    row = next(iter(con.execute("SELECT * FROM run_workload(?)", [run_id]).fetchall()), None)
+    job = con.execute("SELECT world_size FROM missing_ranks(?)", [run_id]).fetchone()
+    facts = {"workload": "unknown", "engine": None, "evidence": "", "job_ranks": job[0] if job else None}
+    if row is None:
+        return facts
+    workload, engine, backward, optimizer, forward, frames, ranges, example_backward, example_range = row
+    said = []
+    if backward:
+        said.append(f"{backward} backward ops" + (f", e.g. {clip(example_backward, 60)}" if example_backward else ""))
+    if optimizer:
+        said.append(f"{optimizer} optimizer steps")
+    if workload == "inference":
+        if engine:
+            said.append(f"{ENGINE_NAMES.get(engine, engine)}'s code on the Python stack ({frames} frames)")
+        if ranges:
+            said.append(f"a range named {clip(example_range, 60)!r}")
+        if forward and not engine and not ranges:
+            said.append(f"forward only: {forward} model ops (matmul, convolution, attention, normalization) "
+                        "and no backward or optimizer op")
+    if workload == "unknown":
+        said.append("no backward, optimizer, serving-engine or model op in the trace")
+    return {**facts, "workload": workload, "engine": engine, "evidence": "; ".join(said)}
 
 
 @dataclass(frozen=True)
@@ -286,7 +326,12 @@ def _fix_needs_unmet(fix_id: str, trace: RunCosts | Mapping[str, Any] | None) ->
     if fix is None or trace is None:
         return None
     facts = trace.to_dict() if isinstance(trace, RunCosts) else trace
-    return unmet_needs(fix.needs, bool(facts.get("has_gpu", True)), int(facts.get("ranks") or 1))
+    job_ranks = facts.get("job_ranks")
+    return (unmet_needs(fix.needs, bool(facts.get("has_gpu", True)), int(facts.get("ranks") or 1),
+                        int(job_ranks) if isinstance(job_ranks, int) else None)
+            or workload_mismatch(getattr(fix, "workloads", ()) or ("training", "inference", "serving"),
+                                 str(facts.get("workload") or "unknown"), facts.get("engine"),
+                                 str(facts.get("workload_evidence") or "")))
 
 
 def fix_verdicts(kind: str, fix_ids: list[str], metrics: Mapping[str, Any],
@@ -514,8 +559,15 @@ def _finish(ctx: AnalysisContext, findings: list[Finding], results: list[PassRes
     costs = dataclasses.replace(
         run_costs(findings, {r.rank: r.mean_step_ns for r in ctx.ranks.values()}, gap_rows,
                   {r.rank: r.steps_divisor for r in ctx.ranks.values()}, ctx.has_gpu),
-        thresholds={k: v for k, v in ctx.thresholds.items() if th.DEFAULTS.get(k) != v})
-    for f in findings:   # fixes needing what the trace lacks (CUDA, several ranks) go last
+        thresholds={k: v for k, v in ctx.thresholds.items() if th.DEFAULTS.get(k) != v},
+        job_ranks=ctx.workload.get("job_ranks"), workload=ctx.workload.get("workload", "unknown"),
+        engine=ctx.workload.get("engine"), workload_evidence=ctx.workload.get("evidence", ""))
+    job_ranks, held = ctx.workload.get("job_ranks"), len(ctx.ranks)
+    if job_ranks and job_ranks > held:   # some ranks of a larger job: say how much of it a finding covers
+        for f in findings:
+            f.summary = clip(f"{f.summary} Seen on {len(f.ranks) or 1} of the job's {job_ranks} ranks "
+                             f"(this run holds {held}).", SUMMARY_LIMIT)
+    for f in findings:   # fixes needing what the trace lacks (CUDA, several ranks, another workload) go last
         f.fix_ids = sorted(f.fix_ids, key=lambda fix_id: _fix_needs_unmet(fix_id, costs) is not None)
     if costs.step_ms and costs.root_cause_ms > costs.step_ms * 1.001:
         ctx.notes.append(f"The findings' costs add up to {costs.root_cause_ms:.2f} ms per step, more than the "

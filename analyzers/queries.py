@@ -537,17 +537,42 @@ def top_kernels(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, 
     Window, rank and by_rank as top_ops (a step is its GPU-clock window). Columns: rank, name,
     category, calls, total_ms, mean_ms, min_ms, max_ms, streams, busy_pct (of GPU busy time),
     step_pct (of the step / window time), tensor_core, fp32_cuda_core (a matmul that could use
-    tensor cores and does not), busy_ms, window_ms.
+    tensor cores and does not), family and dtype (lib/kernel_taxonomy.sql), busy_ms, window_ms.
     """
     return _frame(con, """
         SELECT rank, name, category, calls, total_ns / 1e6 AS total_ms, mean_ns / 1e6 AS mean_ms,
                min_ns / 1e6 AS min_ms, max_ns / 1e6 AS max_ms, streams, busy_pct, step_pct, tensor_core,
-               fp32_cuda_core, busy_ns / 1e6 AS busy_ms, window_ns / 1e6 AS window_ms
+               fp32_cuda_core, family, dtype, busy_ns / 1e6 AS busy_ms, window_ns / 1e6 AS window_ms
         FROM gpu_kernel_summary($run_id, $t0, $t1, $rank, $step, $by_rank, $tc_patterns)
         ORDER BY total_ns DESC, name, rank
         LIMIT $limit""", {k: v for k, v in {**_view_params(run_id, window, rank, step), "by_rank": bool(by_rank),
                                               "limit": None if limit is None else int(limit)}.items()
                           if k != "tc_ops"})
+
+
+def op_perf(con: duckdb.DuckDBPyConnection, run_id: str, limit: int | None = TOP_N_DEFAULT) -> pd.DataFrame:
+    """The per-op performance model over the whole run (metrics/op_perf.sql op_perf): per op name and
+    input shapes, FLOPs and bytes per call, achieved TFLOP/s and TB/s, % of the GPU's peak (gpu_peaks)
+    and the time above the roofline; by GPU time. Empty when the trace has no recorded shapes.
+    Columns: name, category, shape, dtype, calls, gflops, mb, gpu_ms, mean_us, tflops, tbps,
+    flops_per_byte, gpu, peak_tflops, peak_tbps, pct_peak_flops, pct_peak_bw, bound, roofline_ms, lost_ms."""
+    return _frame(con, "SELECT * FROM op_perf($run_id) ORDER BY gpu_ms DESC, name, shape LIMIT $limit",
+                  {"run_id": run_id, "limit": None if limit is None else int(limit)})
+
+
+def perf_by_name(con: duckdb.DuckDBPyConnection, run_id: str, of_kind: str) -> dict[str, dict[str, Any]]:
+    """{name: {tflops, tbps, ...}} over the whole run: per kernel name (of_kind 'kernels',
+    op_perf.sql kernel_perf: achieved rates and occupancy columns) or per op name ('ops': op_perf's
+    shapes together). A name the model does not cover has none."""
+    if of_kind == "kernels":
+        sql = """SELECT name, tflops, tbps, occupancy_pct, blocks_per_sm, warps_per_sm, registers_per_thread,
+                        shared_memory_bytes FROM kernel_perf($run_id)"""
+    else:
+        sql = """SELECT name, sum(gflops * calls) / sum(gpu_ms) AS tflops, sum(mb * calls) * 1048576 / sum(gpu_ms) / 1e9 AS tbps,
+                        sum(lost_ms) AS lost_ms FROM op_perf($run_id) GROUP BY name"""
+    cur = con.execute(sql, {"run_id": run_id})
+    columns = [d[0] for d in cur.description]
+    return {row[0]: dict(zip(columns[1:], row[1:])) for row in cur.fetchall()}
 
 
 def top_modules(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, int] | None = None,
@@ -569,12 +594,13 @@ def top_modules(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, 
 
 def operator_diff(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str, of_kind: str = "kernels",
                   limit: int | None = TOP_N_DEFAULT) -> pd.DataFrame:
-    """Per kernel name (of_kind 'kernels') or CPU op name ('ops'), the two runs' whole-run time per
-    step (metrics/operators.sql operator_diff), largest change first.
+    """Per kernel name (of_kind 'kernels'), CPU op name ('ops') or kernel family ('families': gemm,
+    attention, conv, norm, elementwise, comm, ...; lines up runs on different GPU vendors), the two
+    runs' whole-run time per step (metrics/operators.sql operator_diff), largest change first.
     Columns: name, before_ms, after_ms, delta_ms, before_calls, after_calls, delta_calls (per step),
     tensor_core (kernels: on tensor cores; ops: tensor-core eligible)."""
-    if of_kind not in ("kernels", "ops"):
-        raise ValueError(f"of_kind must be 'kernels' or 'ops', not {of_kind!r}")
+    if of_kind not in ("kernels", "ops", "families"):
+        raise ValueError(f"of_kind must be 'kernels', 'ops' or 'families', not {of_kind!r}")
     params = _view_params(run_before, None, None, None)
     return _frame(con, """
         SELECT * FROM operator_diff($before, $after, $of_kind, $tc_patterns, $tc_ops)

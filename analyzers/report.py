@@ -52,11 +52,15 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[A
                 "ranks": [], "memory_snapshots": [], "findings": [], "notes": []}
     rank_rows = con.execute("SELECT rank, file_name FROM ranks WHERE run_id = ? ORDER BY rank", [run_id]).fetchall()
     bounds = time_bounds(con, run_id)
+    workload = stored_workload(con, run_id)
     return {
         "run": {"run_id": run[0], "name": run[1], "world_size": run[2],
                 "ranks": [r for r, _ in rank_rows], "files": [f for _, f in rank_rows],
                 # the run's first event (µs), so finding windows can be read as "ms into the trace"
-                "start_us": None if bounds is None else bounds[0] / 1000.0},
+                "start_us": None if bounds is None else bounds[0] / 1000.0,
+                # training | inference | unknown (lib/workload.sql), the serving engine seen, why
+                "workload": workload["workload"], "engine": workload["engine"],
+                "workload_evidence": workload["evidence"]},
         "errors": error_list,
         "ranks": _with_memory(stored_rank_table(con, run_id) or rank_summary(con, run_id), rank_memory(con, run_id)),
         "memory_snapshots": snapshot_summaries(con, run_id),
@@ -72,6 +76,19 @@ def _with_memory(rows: list[dict[str, Any]], memory: Mapping[int, dict[str, Any]
     known = {row["rank"] for row in rows}
     out += [{"rank": rank, "memory": figures} for rank, figures in sorted(memory.items()) if rank not in known]
     return out
+
+
+def stored_workload(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+    """{workload, engine, evidence} as the run's last analysis found them (runs.analysis_summary);
+    'unknown' for a run not analysed by a version that recorded it."""
+    row = con.execute("SELECT analysis_summary::VARCHAR FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    try:
+        summary = json.loads(row[0]) if row and row[0] else {}
+    except ValueError:
+        summary = {}
+    summary = summary if isinstance(summary, dict) else {}
+    return {"workload": summary.get("workload") or "unknown", "engine": summary.get("engine"),
+            "evidence": summary.get("workload_evidence") or ""}
 
 
 # --- formatting helpers -----------------------------------------------------------------------

@@ -138,6 +138,13 @@ class RunCosts:
     unexplained_idle_ms: float | None
     has_gpu: bool = True
     ranks: int = 1
+    # the job's ranks where the trace declares more than the run holds (distributedInfo.world_size)
+    job_ranks: int | None = None
+    # what the run does (lib/workload.sql run_workload): 'training' | 'inference' | 'unknown', the
+    # serving engine seen (or None) and the evidence in words; fixes for another workload are ruled out
+    workload: str = "unknown"
+    engine: str | None = None
+    workload_evidence: str = ""
     thresholds: dict[str, float] = field(default_factory=dict)   # the analysis' overrides of the defaults
     # the report's ranks table (metrics.rank_summary) computed from the analysis' cached views, stored
     # beside the findings (runs.rank_table): not part of the run-level figures
@@ -171,10 +178,46 @@ def run_costs(findings: list[Finding], step_ns_by_rank: Mapping[int, float | Non
                     unexplained_idle_ms=unexplained_ms, has_gpu=has_gpu, ranks=len(step_ns_by_rank))
 
 
-def unmet_needs(needs: Iterable[str], has_gpu: bool, ranks: int) -> str | None:
-    """Why a fix needing `needs` (accel.registry.NEEDS) cannot apply to this trace, or None."""
+def unmet_needs(needs: Iterable[str], has_gpu: bool, ranks: int, job_ranks: int | None = None) -> str | None:
+    """Why a fix needing `needs` (accel.registry.NEEDS) cannot apply to this trace, or None. A run
+    holding some ranks of a larger job (job_ranks, from distributedInfo) has several ranks."""
     if not has_gpu and ({"cuda", "triton", "multi_gpu"} & set(needs)):
         return "it needs a CUDA GPU and this trace has no GPU activity"
-    if ranks < 2 and ({"multi_rank", "multi_gpu"} & set(needs)):
+    if max(ranks, job_ranks or 0) < 2 and ({"multi_rank", "multi_gpu"} & set(needs)):
         return "it needs several ranks and this run has one"
     return None
+
+
+# What each workload a fix may be for is, as a run's workload context (fix_workload_context).
+WORKLOAD_CONTEXTS = ("training", "inference", "serving")
+# Engines that serve requests (they own batching, CUDA graphs and compile settings): an inference run
+# under one of them is 'serving'; other inference (a forward loop, a diffusion pipeline) is 'inference'.
+SERVING_ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt_llm": "TensorRT-LLM"}
+
+
+def fix_workload_context(workload: str, engine: str | None) -> str | None:
+    """'training' | 'inference' | 'serving' for a run's workload and engine; None when unknown."""
+    if workload == "training":
+        return "training"
+    if workload == "inference":
+        return "serving" if engine in SERVING_ENGINES else "inference"
+    return None
+
+
+def workload_mismatch(fix_workloads: Iterable[str], workload: str, engine: str | None, evidence: str) -> str | None:
+    """Why a fix for `fix_workloads` (of WORKLOAD_CONTEXTS) does not suit this run's workload, or
+    None (it suits it, or the workload is unknown)."""
+    context = fix_workload_context(workload, engine)
+    allowed = set(fix_workloads)
+    if context is None or context in allowed:
+        return None
+    because = f" ({evidence})" if evidence else ""
+    if allowed == {"training"}:
+        return (f"a training-only fix (it changes the training step, optimizer or gradient sync); this run is "
+                f"{workload}{because}")
+    if allowed == {"serving"}:
+        return f"it configures a serving engine (vLLM, SGLang, TensorRT-LLM); this run is {workload}{because}"
+    if context == "serving":
+        return (f"{SERVING_ENGINES[engine]} runs this model and sets this itself (its launch flags are the fix); "
+                f"this run is served{because}")
+    return f"it is for {' or '.join(sorted(allowed))} runs; this run is {workload}{because}"

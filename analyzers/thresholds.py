@@ -142,8 +142,14 @@ INFERRED_STEP_MIN_SPREAD_FRACTION = 0.9
 # Iterations right after the first that last over this many times the median are start-up
 # (first collectives connecting, allocator and autotuning warming up), not steady steps.
 START_UP_ITERATION_MEDIANS = 2.0
+# A blocking copy this small (bytes) is a host sync wherever it appears (lib/gaps.sql), never a
+# bandwidth problem (h2d_stall's achieved bandwidth leaves it out): its time is the fixed latency
+# of a launch plus a PCIe round trip (~5-10 us), not its bytes. NVIDIA's bandwidthTest
+# (--mode=shmoo) and nvbandwidth curves reach half the link's rate only around 64 KiB per copy.
+TINY_COPY_MAX_BYTES = 65_536
 # The thresholds the SQL library reads through library_threshold(name).
-SQL_LIBRARY_THRESHOLDS = ("INFERRED_STEP_MIN_REPEATS", "INFERRED_STEP_MIN_SPREAD_FRACTION", "START_UP_ITERATION_MEDIANS")
+SQL_LIBRARY_THRESHOLDS = ("INFERRED_STEP_MIN_REPEATS", "INFERRED_STEP_MIN_SPREAD_FRACTION", "START_UP_ITERATION_MEDIANS",
+                          "TINY_COPY_MAX_BYTES")
 
 # --- FP32 matmuls (analyses/fp32_matmul) -------------------------------------------------------
 # How much faster tensor cores run the same matmul, x: NVIDIA's peak ratios of tensor-core to

@@ -114,6 +114,10 @@ def heatmap(frame: pd.DataFrame, column: str, title: str, colorscale: str = "Red
 # wider than the chart; the full name is in the page's table of the window's events.
 HOVER_NAME_LIMIT = 120
 TIMELINE_ROW_PX = 22   # one nesting level of one lane
+# A timeline bar at least this share of the window wide shows its name inside (clipped to this many
+# characters; Plotly hides a label the bar cannot hold at 8 px).
+TIMELINE_LABEL_MIN_FRACTION = 0.04
+TIMELINE_LABEL_CHARS = 60
 
 
 def collapse_templates(name: str) -> str:
@@ -165,9 +169,13 @@ def timeline(bars: pd.DataFrame, t0_ns: int, t1_ns: int, origin_ns: int,
                  + (f" · depth {int(dp)}" if dp else "")
                  for n, k, d, s, dp in zip(group["name"], group["kind"], length_ms, to_ms(group["start_ns"]),
                                            group["depth"])]
+        # a bar wide enough to read carries its name inside (one op filling the view says what it is)
+        labels = [short_name(n, TIMELINE_LABEL_CHARS) if d >= TIMELINE_LABEL_MIN_FRACTION * (t1_ns - t0_ns) / 1e6 else ""
+                  for n, d in zip(group["name"], length_ms)]
         fig.add_bar(y=rows[group.index], x=length_ms.clip(lower=min_width_ms), base=to_ms(group["start_ns"]),
                     orientation="h", width=0.8, name=esc(kind), marker_color=KIND_COLORS.get(str(kind), "#607d8b"),
-                    marker_line_width=0, hovertext=hover, hoverinfo="text")
+                    marker_line_width=0, hovertext=hover, hoverinfo="text", text=labels, textposition="inside",
+                    insidetextanchor="start", textfont=dict(size=11, color="white"), constraintext="inside")
     if flows is not None and len(flows):
         _add_flows(fig, bars, rows, lanes, flows, to_ms)
     # every other lane banded (drawn before the highlights, so they show over it)
@@ -179,6 +187,7 @@ def timeline(bars: pd.DataFrame, t0_ns: int, t1_ns: int, origin_ns: int,
                       line_width=1, line_color="#e53935", layer="below")
     layout = {**LAYOUT, "legend": dict(orientation="h", y=1.0, yanchor="bottom", x=0)}
     fig.update_layout(barmode="overlay", height=max(300, 130 + TIMELINE_ROW_PX * n_rows), bargap=0,
+                      uniformtext=dict(minsize=8, mode="hide"),   # a label that does not fit is left out
                       xaxis_title="ms into the trace", dragmode="select", selectdirection="h",
                       hoverlabel=dict(align="left"), **layout)
     fig.update_yaxes(tickmode="array", tickvals=lanes["first_row"].tolist(),
@@ -218,20 +227,31 @@ def _add_flows(fig: go.Figure, bars: pd.DataFrame, rows: pd.Series, lanes: pd.Da
                         opacity=0.7)
 
 
+def before_after_bars(names: list[str], frame: pd.DataFrame, title: str, digits: int = 2,
+                      row_px: int = 56) -> go.Figure:
+    """Before / after ms per step (frame's before_ms, after_ms) as horizontal bar pairs, one per name."""
+    fig = go.Figure()
+    for column, name, color in (("before_ms", "before", "#90a4ae"), ("after_ms", "after", "#2e7d32")):
+        fig.add_bar(y=names, x=frame[column], name=name, marker_color=color, orientation="h",
+                    texttemplate=f"%{{x:.{digits}f}}", textposition="outside", cliponaxis=False,
+                    hovertemplate="%{y}<br>" + name + f": %{{x:.{digits}f}} ms/step<extra></extra>")
+    # room on the right for the value printed past the longest bar
+    layout = {**LAYOUT, "margin": dict(LAYOUT["margin"], r=50)}
+    fig.update_layout(barmode="group", title=title, height=max(300, 140 + row_px * len(names)), **layout)
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    return fig
+
+
+def family_bars(diff: pd.DataFrame) -> go.Figure:
+    """Before / after GPU time per step of each kernel category (queries.operator_diff 'families')."""
+    return before_after_bars([esc(n) for n in diff["name"]], diff, "GPU time per step by kernel category (ms)",
+                             digits=3, row_px=44)
+
+
 def compare_bars(kinds: pd.DataFrame, titles: Iterable[str] | None = None) -> go.Figure:
     """Before / after cost per finding kind as horizontal bar pairs, labelled with the kinds' titles."""
     names = [wrap(esc(t)) for t in titles] if titles is not None else [esc(k).replace("_", " ") for k in kinds["kind"]]
-    fig = go.Figure()
-    for column, name, color in (("before_ms", "before", "#90a4ae"), ("after_ms", "after", "#2e7d32")):
-        fig.add_bar(y=names, x=kinds[column], name=name, marker_color=color, orientation="h",
-                    texttemplate="%{x:.2f}", textposition="outside", cliponaxis=False,
-                    hovertemplate="%{y}<br>" + name + ": %{x:.2f} ms/step<extra></extra>")
-    # room on the right for the value printed past the longest bar
-    layout = {**LAYOUT, "margin": dict(LAYOUT["margin"], r=50)}
-    fig.update_layout(barmode="group", title="Cost per finding kind (ms per step, one finding per cause)",
-                      height=max(300, 140 + 56 * len(names)), **layout)
-    fig.update_yaxes(autorange="reversed", automargin=True)
-    return fig
+    return before_after_bars(names, kinds, "Cost per finding kind (ms per step, one finding per cause)")
 
 
 def metric_series(metrics: dict) -> list[tuple[str, dict[str, float]]]:

@@ -263,8 +263,9 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
     (analyzers/progress.py), with job=(i, n) when the files held several jobs. confine_to: read
     only files under this directory, each through the descriptor its check opened (the data root).
 
-    Returns one dict per job: {"run_id", "name", "reused", "files", "errors", "warnings" (lists of
-    {"file", "error"}), "findings" (count), "analysis_error" (str or None)}.
+    Returns one dict per job: {"run_id", "name", "reused", "renamed_from" (the stored name a typed
+    name replaced on a reused run, or None), "files", "errors", "warnings" (lists of {"file",
+    "error"}), "findings" (count), "analysis_error" (str or None)}.
     """
     from analyzers.cluster import CLUSTER_ENV_VAR, executor
     from analyzers.findings import analyze_run
@@ -289,7 +290,14 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
                 action, actor, detail = audit
                 run_store.record_audit(cur(), action, run_id=result.run_id, actor=actor, detail=detail)
             info = queries.run_info(cur(), result.run_id) if result.run_id else None
+            renamed_from = None
+            if result.reused and info and name and len(results) == 1 and info["name"] != run_store.clean_run_name(name):
+                # the same content was stored before under another name: the name typed now wins
+                renamed_from = info["name"]
+                run_store.rename_run(cur(), result.run_id, name, actor=audit[1] if audit else None)
+                info = queries.run_info(cur(), result.run_id)
             outcome = {"run_id": result.run_id, "name": info["name"] if info else None, "reused": result.reused,
+                       "renamed_from": renamed_from,
                        "files": list(result.files), "errors": [e.to_dict() for e in result.errors],
                        "warnings": [w.to_dict() for w in result.warnings], "findings": 0, "analysis_error": None}
             if result.run_id is not None:
@@ -561,6 +569,9 @@ def sidebar_run_picker(problems: list[FileError]) -> str | None:
             pending = st.session_state.pop(PENDING_RUN_KEY, None)
             if pending in ids:  # a page asked to show this run
                 st.session_state[RUN_KEY] = pending
+            linked = _run_from_url(ids)
+            if linked is not None:   # the page was opened from a link naming a run (?run=<id>)
+                st.session_state[RUN_KEY] = linked
             if st.session_state.get(RUN_KEY) not in ids:
                 gone = st.session_state.get(RUN_KEY)
                 st.session_state[RUN_KEY] = default_run(ids)
@@ -573,6 +584,7 @@ def sidebar_run_picker(problems: list[FileError]) -> str | None:
                          on_change=lambda: st.session_state.update({RUN_KEY: st.session_state[PICKER_KEY]}))
         for problem in problems:
             st.warning(f"{md(Path(problem.file).name)}: {md(problem.error)}")
+    _run_to_url(st.session_state.get(RUN_KEY))
     gone = st.session_state.pop(GONE_RUN_KEY, None)
     if st.session_state.pop(STORE_REPLACED_KEY, False):
         gone = None   # not deleted from the store: the store itself changed, as its warning said
@@ -582,6 +594,35 @@ def sidebar_run_picker(problems: list[FileError]) -> str | None:
                    + (" Showing the run picked in the sidebar instead." if st.session_state.get(RUN_KEY) else ""),
                    icon=":material/delete:")
     return st.session_state.get(RUN_KEY)
+
+
+# The query parameter naming the run a page shows (?run=<id>: the link to send a colleague), and
+# the value this session last read or wrote there (a link opened later changes it).
+URL_RUN_PARAM = "run"
+URL_RUN_SEEN_KEY = "_url_run_seen"
+
+
+def _run_from_url(ids: list[str]) -> str | None:
+    """The stored run the page's ?run= names (a full id or a unique prefix, as the CLI takes), when
+    the link is new to this session; None otherwise. A link to a run not stored says so."""
+    wanted = st.query_params.get(URL_RUN_PARAM)
+    if not wanted or wanted == st.session_state.get(URL_RUN_SEEN_KEY):
+        return None
+    st.session_state[URL_RUN_SEEN_KEY] = wanted
+    matches = [run_id for run_id in ids if run_id.startswith(wanted)]
+    if len(matches) == 1:
+        return matches[0]
+    st.warning(f"The link names run `{md(wanted[:16])}`, which is not stored here"
+               + (" (or names several)" if matches else "") + ": showing the run picked in the sidebar.",
+               icon=":material/link_off:")
+    return None
+
+
+def _run_to_url(run_id: str | None) -> None:
+    """Keep ?run=<id> on the page's URL, so the address bar is a link to what it shows."""
+    if run_id and st.query_params.get(URL_RUN_PARAM) != run_id:
+        st.query_params[URL_RUN_PARAM] = run_id
+    st.session_state[URL_RUN_SEEN_KEY] = run_id
 
 
 def default_run(ids: list[str]) -> str:

@@ -44,7 +44,7 @@ def test_list_json_names_every_fix():
     listed = json.loads(lines[-1])
     assert [f["id"] for f in listed] == list(registry.FIXES)
     assert listed[0] == {"id": "cuda_graph", "title": registry.get("cuda_graph").title,
-                         "addresses": ["launch_gap"], "needs": ["cuda"]}
+                         "addresses": ["launch_gap"], "needs": ["cuda"], "workloads": ["training"]}
 
 
 def test_unknown_fix_is_a_usage_error(capsys):

@@ -1,4 +1,4 @@
-"""accel.registry: the 15 fixes, their predicates over finding metrics, and the ranking.
+"""accel.registry: the 16 fixes, their predicates over finding metrics, and the ranking.
 (tests/test_registry_metrics.py checks the registry against the metrics the analyses emit.)"""
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ FIX_IDS = ["cuda_graph", "compile_reduce_overhead", "fused_optimizer", "triton_f
            "cuda_prefetcher", "dataloader_tuning", "allocator_tuning", "tf32_matmul", "amp_autocast",
            "balanced_sampler", "comm_compression", "powersgd", "ddp_bucket_tuning",
            "no_sync_accumulation", "hierarchical_allreduce", "activation_checkpointing",
-           "zero_optimizer"]
-CORE_FIXES = FIX_IDS[:9]   # implemented in this package's kernels/ and data/ (not accel/comm)
+           "zero_optimizer", "serving_cuda_graphs"]
+CORE_FIXES = FIX_IDS[:9] + ["serving_cuda_graphs"]   # implemented in this package's kernels/ and data/ (not accel/comm)
 
 
 def test_registry_holds_exactly_the_listed_fixes():
@@ -58,11 +58,14 @@ def test_registry_imports_no_torch():
 
 def test_measured_metrics_rank_in_fit_order_and_unmeasured_ones_after_fixes_that_apply():
     measured = {"syncs_per_step": 1, "optimizer_kernel_share": 0.2, "elementwise_kernel_share": 0.2}
+    # (serving_cuda_graphs has no check: it applies, after the general fixes; the run's workload,
+    # not the finding's metrics, rules it out on training and plain inference runs)
     assert registry.fixes_for("launch_gap", measured) == [
-        "cuda_graph", "compile_reduce_overhead", "fused_optimizer", "triton_fused_elementwise"]
-    # nothing measured: compile has no check (applies); the others are unknown, in fit order
+        "cuda_graph", "compile_reduce_overhead", "fused_optimizer", "serving_cuda_graphs", "triton_fused_elementwise"]
+    # nothing measured: compile and the serving settings have no check (apply); the others are
+    # unknown, in fit order
     assert registry.fixes_for("launch_gap", {}) == [
-        "compile_reduce_overhead", "cuda_graph", "fused_optimizer", "triton_fused_elementwise"]
+        "compile_reduce_overhead", "serving_cuda_graphs", "cuda_graph", "fused_optimizer", "triton_fused_elementwise"]
     assert registry.fixes_for("launch_gap", None) == registry.fixes_for("launch_gap", {})
     assert registry.fixes_for("comm_exposed", {})[0] == "ddp_bucket_tuning"
     assert registry.fixes_for("comm_exposed", {"mean_msg_bytes": 8 << 20, "busbw_gbps": 150.0,
@@ -144,7 +147,7 @@ def test_odd_metrics_never_raise_and_count_as_unknown(metrics):
 def test_list_fixes_shape():
     listed = registry.list_fixes()
     assert [f["id"] for f in listed] == FIX_IDS
-    assert all(set(f) == {"id", "title", "addresses", "needs"} for f in listed)
+    assert all(set(f) == {"id", "title", "addresses", "needs", "workloads"} for f in listed)
 
 
 def test_why_not_gives_the_plain_reason():

@@ -23,12 +23,16 @@ PAGES = ["views/overview.py", "views/findings.py", "views/timeline.py", "views/r
          "views/gpus.py", "views/memory.py"]
 
 
-def open_app(monkeypatch, db: Path, samples: str = "none", run_id: str | None = None) -> AppTest:
+def open_app(monkeypatch, db: Path, samples: str = "none", run_id: str | None = None,
+             link: str | None = None) -> AppTest:
+    """The dashboard on store `db`, showing run_id, or opened from a link naming `link` (?run=)."""
     monkeypatch.setenv("TRACEDOCTOR_DB", str(db))
     monkeypatch.setenv("TRACEDOCTOR_SAMPLES", samples)
     at = AppTest.from_file(HOME, default_timeout=120)
     if run_id is not None:
         at.session_state["run_id"] = run_id
+    if link is not None:
+        at.query_params["run"] = link
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at

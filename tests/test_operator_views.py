@@ -319,8 +319,12 @@ def test_compare_shows_the_kernel_diff(app_store, monkeypatch):
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert "Top changed kernels and ops" in [s.value for s in at.subheader]
+    at.radio(key="compare_diff_kind").set_value("kernels").run()
     diff = at.dataframe[-1].value
     assert "ampere_sgemm_128x64_nn" in set(diff["name"])
+    at.radio(key="compare_diff_kind").set_value("families").run()
+    families = at.dataframe[-1].value.set_index("name")
+    assert families.loc["gemm", "after_ms"] > families.loc["gemm", "before_ms"]   # FP32 sgemm, slower
     at.radio(key="compare_diff_kind").set_value("ops").run()
     assert not at.exception
     assert "aten::mm" in set(at.dataframe[-1].value["name"])

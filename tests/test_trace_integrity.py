@@ -206,11 +206,13 @@ def test_nccl_name_variants_are_communication_and_need_no_note(tmp_path):
 def test_unnamed_and_unrecognised_comm_kernels_are_noted(tmp_path):
     generic = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
     msccl = "mscclKernel_Sum_float_LL(ncclDevComm*, mscclAlgo*, mscclWork*)"
-    con, run_id, _, notes = load(tmp_path, comm_trace([generic, generic, msccl]))
-    # the Generic kernel is communication whose collective the name does not say
-    assert con.execute("SELECT count(*) FROM collectives(?) WHERE collective IS NULL", [run_id]).fetchone()[0] == 2
-    assert any(n.startswith("2 communication kernels (e.g. ncclDevKernel_Generic") for n in notes)
-    assert any(n.startswith("1 kernel named like NCCL/RCCL (e.g. mscclKernel_Sum_float_LL") for n in notes)
+    setup = "rcclSetupKernel(ncclDevComm*)"
+    con, run_id, _, notes = load(tmp_path, comm_trace([generic, generic, msccl, setup]))
+    # the Generic kernel and RCCL's MSCCL executor are communication whose collective the name does
+    # not say (lib/kernel_taxonomy.sql)
+    assert con.execute("SELECT count(*) FROM collectives(?) WHERE collective IS NULL", [run_id]).fetchone()[0] == 3
+    assert any(n.startswith("3 communication kernels (e.g. ncclDevKernel_Generic") for n in notes)
+    assert any(n.startswith("1 kernel named like NCCL/RCCL (e.g. rcclSetupKernel") for n in notes)
 
 
 # --- ranks: clock skew, missing ranks ---------------------------------------------------------

@@ -34,10 +34,11 @@ kinded AS (
             WHEN ph IN ('s', 'f', 't') OR lcat IN ('async', 'ac2g', 'async_cpu_to_gpu', 'fwdbwd', 'flow') THEN 'flow'
             WHEN ph = 'M' THEN 'metadata'
             WHEN ph = 'C' THEN 'counter'
-            WHEN lcat = 'kernel' THEN 'kernel'
+            -- MTIA's on-device events are Kineto's CONCURRENT_KERNEL (libkineto ActivityType alias)
+            WHEN lcat IN ('kernel', 'mtia_ccp_events') THEN 'kernel'
             WHEN lcat IN ('gpu_memcpy', 'memcpy') THEN 'memcpy'
             WHEN lcat IN ('gpu_memset', 'memset') THEN 'memset'
-            WHEN lcat IN ('cuda_runtime', 'runtime') THEN 'runtime'
+            WHEN lcat IN ('cuda_runtime', 'runtime', 'mtia_runtime', 'xpu_runtime', 'privateuse1_runtime') THEN 'runtime'
             WHEN lcat IN ('cuda_driver', 'driver') THEN 'driver'
             WHEN lcat IN ('cpu_op', 'operator') THEN 'cpu_op'
             WHEN lcat = 'user_annotation' THEN 'user_annotation'

@@ -154,17 +154,25 @@ def _operator_diff(path: str, version: str, run_before: str, run_after: str, of_
     return queries.operator_diff(state.cur(), run_before, run_after, of_kind)
 
 
-diff_kind = st.radio("Compare", ["kernels", "ops"], horizontal=True, key="compare_diff_kind",
-                     index=1 if before_cpu and after_cpu else 0,
-                     format_func={"kernels": "GPU kernels", "ops": "CPU ops"}.get)
+other_gpu = bool(gpus["before"] and gpus["after"] and gpus["before"] != gpus["after"])
+diff_kind = st.radio("Compare", ["families", "kernels", "ops"], horizontal=True, key="compare_diff_kind",
+                     index=2 if before_cpu and after_cpu else 0 if other_gpu else 1,
+                     format_func={"families": "Kernels by category", "kernels": "GPU kernels", "ops": "CPU ops"}.get,
+                     help="By category (GEMM, attention, convolution, normalisation, elementwise, communication, "
+                          "memory), kernels line up across GPU vendors and library versions whose names differ")
 with st.spinner("Comparing kernels and ops…"):
     diff = _operator_diff(state.db_path(), state.code_version(), before, after, diff_kind)
 if not len(diff):
-    st.info("Neither run has " + ("GPU kernels." if diff_kind == "kernels" else "CPU ops."))
+    st.info("Neither run has " + ("CPU ops." if diff_kind == "ops" else "GPU kernels."))
 else:
-    ui.table(diff.assign(tensor_core=["yes" if tc else "" for tc in diff["tensor_core"]]), column_config={
-        "name": st.column_config.TextColumn("Kernel" if diff_kind == "kernels" else "Op", width="large",
-                                            help="Hover a cell to read the whole name"),
+    if diff_kind == "families":
+        diff = diff.drop(columns=["tensor_core"])
+        st.plotly_chart(charts.family_bars(diff), width="stretch", key="cmp-families")
+    else:
+        diff = diff.assign(tensor_core=["yes" if tc else "" for tc in diff["tensor_core"]])
+    ui.table(diff, column_config={
+        "name": st.column_config.TextColumn({"kernels": "Kernel", "ops": "Op", "families": "Category"}[diff_kind],
+                                            width="large", help="Hover a cell to read the whole name"),
         "before_ms": st.column_config.NumberColumn("Before, ms/step", format="%.2f"),
         "after_ms": st.column_config.NumberColumn("After, ms/step", format="%.2f"),
         "delta_ms": st.column_config.NumberColumn("Change, ms/step", format="%+.2f",
@@ -175,6 +183,9 @@ else:
         "tensor_core": st.column_config.TextColumn(
             "Tensor cores" if diff_kind == "kernels" else "Tensor-core eligible"),
     })
-    st.caption("Whole-run time per step of each name on each side (summed over ranks, divided by the ranks' steps), "
-               "largest change first. A kernel renamed by a fix (FP32 sgemm to a TF32 tensor-core GEMM) shows as one "
-               "name gone and one new.")
+    st.caption("Whole-run time per step of each " + ("kernel category (from the kernels' names, "
+               "analyzers/sql/lib/kernel_taxonomy.sql)" if diff_kind == "families" else "name")
+               + " on each side (summed over ranks, divided by the ranks' steps), largest change first. "
+               + ("Categories line up runs whose kernels are named differently: another GPU vendor, another library."
+                  if diff_kind == "families" else "A kernel renamed by a fix (FP32 sgemm to a TF32 tensor-core GEMM) "
+                  "shows as one name gone and one new; 'Kernels by category' lines such runs up."))

@@ -33,6 +33,13 @@ def _top(path: str, version: str, what: str, run: str, window: tuple[int, int] |
     return read(state.cur(), run, window=window, rank=rank, step=step, by_rank=by_rank, limit=limit)
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _perf(path: str, version: str, run: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The per-op performance model and the per-kernel rates and occupancy (whole run)."""
+    kernel_rates = pd.DataFrame.from_dict(queries.perf_by_name(state.cur(), run, "kernels"), orient="index")
+    return queries.op_perf(state.cur(), run, limit=None), kernel_rates
+
+
 found = [f for f in state.findings(run_id) if f["start_ns"] is not None and f["end_ns"] is not None]
 steps = state.step_breakdown(state.db_path(), run_id)
 step_numbers = sorted({int(s) for s in steps["step"].dropna()})
@@ -87,6 +94,9 @@ share_label = "% of step" if source != "A finding's window" else "% of window"
 with st.spinner("Reading ops, kernels and modules…"):
     ops, kernels, modules = (_top(state.db_path(), state.code_version(), what, run_id, window, rank, step, by_rank, limit)
                              for what in ("ops", "kernels", "modules"))
+    perf, kernel_rates = _perf(state.db_path(), state.code_version(), run_id)
+if len(kernel_rates):
+    kernels = kernels.join(kernel_rates, on="name")
 
 
 def name_column(title: str) -> Any:
@@ -124,7 +134,7 @@ def with_rank(frame: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
     return ({"rank": counts("Rank")} | config) if by_rank else config
 
 
-tab_names = ["Operators", "Kernels"] + (["Modules"] if len(modules) else [])
+tab_names = ["Operators", "Kernels", "Performance"] + (["Modules"] if len(modules) else [])
 tabs = st.tabs(tab_names)
 
 with tabs[0]:
@@ -164,8 +174,19 @@ with tabs[1]:
         kernels_shown = kernels.assign(tc=["yes" if tc else ("no, FP32: could" if fp32 else "")
                                            for tc, fp32 in zip(kernels["tensor_core"], kernels["fp32_cuda_core"])])
         columns = ["rank"] if by_rank else []
-        columns += ["name", "calls", "total_ms", "mean_ms", "min_ms", "max_ms", "busy_pct", "step_pct", "streams", "tc"]
+        columns += ["name", "calls", "total_ms", "mean_ms", "min_ms", "max_ms", "busy_pct", "step_pct", "streams", "tc",
+                    "family", "dtype"]
+        columns += [c for c in ("tflops", "tbps", "occupancy_pct", "registers_per_thread") if c in kernels_shown
+                    and kernels_shown[c].notna().any()]
         ui.table(kernels_shown[columns], column_config=with_rank(kernels_shown, {
+            "family": st.column_config.TextColumn("Family", help="What the kernel's name says it is "
+                                                  "(analyzers/sql/lib/kernel_taxonomy.sql)"),
+            "dtype": st.column_config.TextColumn("Data type", help="The data type its name spells, where it does"),
+            "tflops": st.column_config.NumberColumn("TFLOP/s", format="%.3g", help="Achieved, whole run: the FLOPs of "
+                                                    "the ops that launched it (their recorded shapes) over its time"),
+            "tbps": st.column_config.NumberColumn("TB/s", format="%.3g", help="Achieved, whole run: bytes moved over time"),
+            "occupancy_pct": pct("Occupancy", "Kineto's 'est. achieved occupancy %', mean over calls"),
+            "registers_per_thread": st.column_config.NumberColumn("Registers", format="%d"),
             "name": name_column("Kernel"), "calls": counts("Calls"),
             "total_ms": ms("Total, ms", "Kernel time inside the window"), "mean_ms": ms("Mean, ms"),
             "min_ms": ms("Min, ms"), "max_ms": ms("Max, ms"),
@@ -180,8 +201,37 @@ with tabs[1]:
             st.caption(f"GPU busy in this window: {busy.iloc[0]:,.2f} ms"
                        + ("" if by_rank else " (all ranks read, summed)") + ".")
 
+with tabs[2]:
+    if not len(perf):
+        st.info("No modelled op here: the per-op model needs shapes (profile with record_shapes=True) and GPU work "
+                "under GEMM, convolution, attention, normalisation or elementwise ops.")
+    else:
+        gpu = perf["gpu"].dropna()
+        st.caption("Whole run, per op and input shapes: FLOPs and bytes from the recorded shapes and dtypes, over the "
+                   "GPU time of the work the op launched (TraceLens' counting). "
+                   + (f"Peaks of the {ui.md(gpu.iloc[0])} from its datasheet ({perf['peak_tbps'].iloc[0]:g} TB/s memory); "
+                      "'lost' is the time above the roofline." if len(gpu) else
+                      "The GPU is not in the peak table: rates without % of peak."))
+        top_bars(perf.assign(rank=None), "name", "lost_ms" if len(gpu) else "gpu_ms",
+                 "Time above the roofline per op and shape (ms)" if len(gpu) else "GPU time per op and shape (ms)")
+        ui.table(perf[["name", "category", "shape", "dtype", "calls", "gflops", "mb", "mean_us", "tflops", "tbps",
+                       "pct_peak_flops", "pct_peak_bw", "bound", "gpu_ms", "lost_ms"]], column_config={
+            "name": name_column("Op"), "category": st.column_config.TextColumn("Category"),
+            "shape": st.column_config.TextColumn("Input shapes"), "calls": counts("Calls"),
+            "gflops": st.column_config.NumberColumn("GFLOP / call", format="%.4g"),
+            "mb": st.column_config.NumberColumn("MiB / call", format="%.4g"),
+            "mean_us": st.column_config.NumberColumn("GPU µs / call", format="%.2f"),
+            "tflops": st.column_config.NumberColumn("TFLOP/s", format="%.3g"),
+            "tbps": st.column_config.NumberColumn("TB/s", format="%.3g"),
+            "pct_peak_flops": pct("% peak FLOP/s", "Of the dtype's dense tensor/matrix-core peak (GEMM, conv, "
+                                  "attention), else the FP32 vector peak"),
+            "pct_peak_bw": pct("% peak memory BW"),
+            "bound": st.column_config.TextColumn("Roof", help="Which roof is lower at the op's FLOPs per byte"),
+            "gpu_ms": ms("GPU, ms"), "lost_ms": ms("Lost, ms", "GPU time above the roofline (compute or memory)"),
+        })
+
 if len(modules):
-    with tabs[2]:
+    with tabs[3]:
         top_bars(modules, "path", "total_ms", "Top module / annotated scopes by time")
         columns = (["rank"] if by_rank else []) + ["path", "source", "calls", "total_ms", "total_pct", "gpu_total_ms"]
         ui.table(modules[columns], column_config=with_rank(modules, {

@@ -195,7 +195,9 @@ def show_result(outcomes: list[dict[str, Any]]) -> None:
     def said(outcome: dict[str, Any]) -> str:
         verb = "Already stored (same content): reusing" if outcome.get("reused") else "Loaded"
         name = f" **{ui.md(outcome['name'])}**" if outcome.get("name") else ""
-        return (f"{verb} run{name} `{outcome['run_id']}` from {len(outcome.get('files', []))} file(s), "
+        renamed = (f" (renamed from **{ui.md(outcome['renamed_from'])}**, the name it was stored under)"
+                   if outcome.get("renamed_from") else "")
+        return (f"{verb} run{name} `{outcome['run_id']}`{renamed} from {len(outcome.get('files', []))} file(s), "
                 f"{ui.count(outcome.get('findings', 0), 'finding')}.")
 
     if len(loaded) == 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from analyzers.findings import ENGINE_NAMES
 from app import charts, state, ui
 
 st.title("Overview")
@@ -20,6 +21,15 @@ st.markdown(f"**{ui.md(info['name'])}** · run `{run_id}`"
             + (f" · tags: {ui.md(', '.join(info['tags']))}" if info.get("tags") else ""))
 if info.get("notes"):
     st.caption(ui.md(info["notes"]))
+costs = state.run_costs(run_id)
+workload = (costs or {}).get("workload") or "unknown"
+engine = ENGINE_NAMES.get((costs or {}).get("engine"), (costs or {}).get("engine"))
+st.markdown(f"Workload: **{workload}**" + (f" ({ui.md(engine)})" if engine else "")
+            + (f" · {ui.md(costs['workload_evidence'])}" if (costs or {}).get("workload_evidence") else "")
+            + (" · fixes for other workloads are ruled out" if workload != "unknown" else ""),
+            help="from what the trace records (analyzers/sql/lib/workload.sql): backward and optimizer ops mean "
+                 "training; a serving engine on the Python stack, inference-named ranges, or model ops run "
+                 "forward only mean inference")
 
 per_rank = state.rank_breakdown(state.db_path(), run_id)
 summary = state.rank_summary(state.db_path(), run_id)
@@ -42,7 +52,10 @@ elif len(summary) and summary["step_time_ms"].notna().any():
 else:
     cols[2].metric("Mean step time", "–")
 if len(summary) and summary["idle_pct"].notna().any():
-    cols[3].metric("GPU idle", f"{summary['idle_pct'].mean():.1f} %", help="HTA definition: % of the GPU span")
+    cols[3].metric("GPU idle", f"{summary['idle_pct'].mean():.1f} %",
+                   help="HTA's definition: % of each rank's whole GPU span, first to last GPU activity, GPU work "
+                        "launched before the first step included; the chart's idle is per GPU-clock step, and "
+                        "'cause not identified' only the idle inside host steps no finding explains")
 else:
     cols[3].metric("GPU idle", "–", help="no GPU activity in this trace")
 cols[4].metric("Findings", len(found),
@@ -76,7 +89,6 @@ with right:
             st.markdown(f"{ui.severity(finding['severity'])} **{ui.kind_title(finding['kind'])}** — "
                         f"{cost_text} ({share_text})")
             st.caption(ui.md(ui.where(finding, origin)))
-    costs = state.run_costs(run_id)
     if found and costs and costs.get("step_ms"):
         step_word = "step" if cpu_only else "host step"
         st.markdown(f"Fixing all of these saves at most **{costs['saves_at_most_ms']:,.2f} ms/step** "
@@ -84,7 +96,8 @@ with right:
                     f"{step_word}): each cause counted once, consequences not added.")
     if costs and costs.get("unexplained_idle_ms") is not None:
         st.markdown(f"GPU idle, cause not identified: **{costs['unexplained_idle_ms']:,.2f} ms/step** "
-                    "(gaps no finding above the thresholds explains).")
+                    "(gaps inside the host steps that no finding above the thresholds explains: a part of the "
+                    "idle the tile and the chart show, which count the whole GPU span and the GPU-clock steps).")
     if found:
         st.page_link("views/findings.py", label="All findings and their fixes", icon=":material/stethoscope:")
 

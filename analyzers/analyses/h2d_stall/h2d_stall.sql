@@ -18,7 +18,8 @@
 --                     inside the rank's steps on the GPU clock only
 --   pageable_copies, pageable_share   copies from pageable memory, and their share of HtoD bytes (0..1)
 --   sync_copies       copies issued by a blocking call (cudaMemcpy, not ...Async)
---   gbps              achieved bandwidth over all copies with a byte count (bytes / copy time)
+--   gbps              achieved bandwidth over the copies of at least TINY_COPY_MAX_BYTES (bytes /
+--                     copy time; NULL when none is that large: a tiny copy's time is latency)
 --   pageable_gbps, pinned_gbps   the same split by source memory
 --   largest_bytes, largest_start_ns, largest_end_ns, largest_stream   the biggest copy (the
 --                     window to look at; by duration where copies carry no byte count)
@@ -75,9 +76,13 @@ SELECT c.rank, count(*) AS copies, sum(c.bytes) AS bytes, sum(c.dur_ns) AS copy_
        CASE WHEN sum(c.bytes) > 0 THEN sum(c.bytes) FILTER (WHERE c.pageable) / sum(c.bytes)
             ELSE avg(c.pageable::INT) END AS pageable_share,
        count_if(c.synchronous) AS sync_copies,
-       sum(c.bytes) / nullif(sum(c.dur_ns) FILTER (WHERE c.bytes IS NOT NULL), 0) AS gbps,
-       sum(c.bytes) FILTER (WHERE c.pageable) / nullif(sum(c.dur_ns) FILTER (WHERE c.pageable AND c.bytes IS NOT NULL), 0) AS pageable_gbps,
-       sum(c.bytes) FILTER (WHERE NOT c.pageable) / nullif(sum(c.dur_ns) FILTER (WHERE NOT c.pageable AND c.bytes IS NOT NULL), 0) AS pinned_gbps,
+       -- bandwidth only where bytes make it meaningful: copies of at least TINY_COPY_MAX_BYTES
+       sum(c.bytes) FILTER (WHERE c.bytes >= library_threshold('TINY_COPY_MAX_BYTES'))
+           / nullif(sum(c.dur_ns) FILTER (WHERE c.bytes >= library_threshold('TINY_COPY_MAX_BYTES')), 0) AS gbps,
+       sum(c.bytes) FILTER (WHERE c.pageable AND c.bytes >= library_threshold('TINY_COPY_MAX_BYTES'))
+           / nullif(sum(c.dur_ns) FILTER (WHERE c.pageable AND c.bytes >= library_threshold('TINY_COPY_MAX_BYTES')), 0) AS pageable_gbps,
+       sum(c.bytes) FILTER (WHERE NOT c.pageable AND c.bytes >= library_threshold('TINY_COPY_MAX_BYTES'))
+           / nullif(sum(c.dur_ns) FILTER (WHERE NOT c.pageable AND c.bytes >= library_threshold('TINY_COPY_MAX_BYTES')), 0) AS pinned_gbps,
        -- the biggest copy (by bytes; the longest where no copy says its bytes, as ROCm's);
        -- of equals, the first: a deterministic window
        max(c.bytes) AS largest_bytes,

@@ -1,11 +1,12 @@
 -- requires: lib/gpu_activity.sql
--- collectives(run): NCCL/RCCL kernels with what they moved; size fields come from the args
+-- collectives(run): communication kernels (is_comm_kernel: NCCL/RCCL and the others) with what they moved; size fields come from the args
 -- newer PyTorch writes (Collective name, In msg nelems, dtype, Group size) and are NULL where
 -- the trace has none.
 -- Columns:
 --   run_id, rank, device, stream, name, start_ns, end_ns, dur_ns, correlation, counted
 --   collective   args."Collective name", else parsed from the kernel name
---                (ncclKernel_AllReduce_... / ncclDevKernel_AllReduce_... -> 'allreduce'), lower case;
+--                (comm_collective_from_name: ncclKernel_AllReduce_... -> 'allreduce',
+--                multimem_all_reduce_kernel -> 'allreduce'), lower case;
 --                NULL for ncclDevKernel_Generic without the args
 --   nelems       args."In msg nelems"
 --   dtype        args.dtype as written (Float, BFloat16, Half, ...)
@@ -23,9 +24,8 @@ WITH comm AS (
     WHERE g.category = 'comm'
 ), sized AS (
     SELECT * EXCLUDE (args),
-           lower(coalesce(nullif(args->>'Collective name', ''),
-                          -- NCCL >= 2.19 and RCCL also run ncclDevKernel_Generic: the name says no collective
-                          nullif(nullif(regexp_extract(name, '^nccl(?:Dev)?Kernel_([A-Za-z]+)', 1), ''), 'Generic'))) AS collective,
+           -- NCCL >= 2.19 and RCCL also run ncclDevKernel_Generic: the name says no collective
+           lower(coalesce(nullif(args->>'Collective name', ''), comm_collective_from_name(name))) AS collective,
            TRY_CAST(args->>'In msg nelems' AS BIGINT) AS nelems,
            args->>'dtype' AS dtype,
            CASE lower(args->>'dtype')

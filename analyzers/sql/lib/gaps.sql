@@ -12,7 +12,9 @@
 --                 CAUSE_MIN_COVER_FRACTION of the gap (the GPU starved for input)
 --   'h2d_copy'    the CPU was inside a blocking host-to-device copy call (a copy from pageable
 --                 memory, which the driver stages through a pinned buffer on the CPU, or a
---                 synchronous cudaMemcpy) when the GPU went idle, or for that fraction of the gap
+--                 synchronous cudaMemcpy) of at least TINY_COPY_MAX_BYTES when the GPU went idle,
+--                 or for that fraction of the gap (a tinier one is a host sync: its latency, not
+--                 its bytes, holds the host)
 --   'host_sync'   the CPU was blocked in a synchronising call (cudaStreamSynchronize,
 --                 cudaDeviceSynchronize, cudaEventSynchronize, a blocking cudaMemcpy as `.item()`
 --                 or `.cpu()` issue, or their hip* twins, hipMemcpyWithStream included) when the
@@ -147,7 +149,10 @@ WITH act_dev AS (
     -- the host activity that can explain a gap, per rank and kind
     SELECT {'rank': rank, 'what': 'loader'} AS grp, start_ns, end_ns FROM dataloader_spans(run)
     UNION ALL
-    SELECT {'rank': rank, 'what': 'h2d'}, launch_start_ns, launch_end_ns
+    -- blocking host-to-device copies: a tiny one (under TINY_COPY_MAX_BYTES) holds the host for a
+    -- sync's latency, not for its bytes: a host sync, whatever call issued it
+    SELECT {'rank': rank, 'what': CASE WHEN coalesce(bytes, 9223372036854775807) < library_threshold('TINY_COPY_MAX_BYTES')
+                                       THEN 'sync' ELSE 'h2d' END}, launch_start_ns, launch_end_ns
     FROM l
     WHERE l.gpu_kind = 'memcpy' AND regexp_matches(l.gpu_name, '^Memcpy\s+HtoD')
       AND (contains(l.gpu_name, 'Pageable') OR NOT contains(lower(l.launch_name), 'async'))

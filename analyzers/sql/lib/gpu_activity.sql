@@ -1,19 +1,14 @@
--- requires: lib/steps.sql
--- is_comm_kernel(name): a communication kernel, by HTA's rule: NCCL and RCCL name them
--- ncclKernel_* / ncclDevKernel_* (and older ncclAllReduceRingLLKernel_*): '^nccl.*Kernel'.
--- starts_with first: a cheap test that rejects every other kernel before the regex.
-CREATE OR REPLACE MACRO is_comm_kernel(name) AS
-    starts_with(name, 'nccl') AND regexp_matches(name, '^nccl.*Kernel');
-
-
+-- requires: lib/steps.sql lib/kernel_taxonomy.sql
 -- gpu_activity(run): every kernel, memcpy and memset of the run, one row each.
 -- Columns:
 --   run_id, rank, device, stream, kind ('kernel' | 'memcpy' | 'memset'), name
 --   start_ns, end_ns, dur_ns
 --   correlation, external_id, bytes (copies and sets only), args (JSON, verbatim)
---   category    'comm' (NCCL/RCCL kernels: name ~ '^nccl.*Kernel', which covers ncclKernel_*
---               and ncclDevKernel_*), 'memory' (name ~ '^Memcpy|^Memset|^dma'), else 'compute';
---               the same patterns as Holistic Trace Analysis' temporal breakdown
+--   category    'comm' (is_comm_kernel: NCCL/RCCL '^nccl.*Kernel' as Holistic Trace Analysis'
+--               temporal breakdown, and the other libraries' collectives of lib/kernel_taxonomy.sql:
+--               MSCCL/MSCCL++, symmetric-memory multimem_*, vLLM cross_device_reduce_*, ...),
+--               'memory' (name ~ '^Memcpy|^Memset|^dma', HTA's), else 'compute'. On traces whose
+--               only collectives are NCCL-named (HTA's test data) the categories are HTA's.
 --   counted     BOOLEAN, HTA's rule for which GPU activity belongs to the profiled steps: when the
 --               run has two or more distinct ProfilerStep#N names, only activity whose launching
 --               CPU call (same correlation) is in the trace and starts no later than the end of
@@ -134,21 +129,3 @@ SELECT b.rank, b.tid, b.ts_ns AS start_ns, coalesce(e.end_ns, t.end_ns) AS end_n
 FROM begins b
 ASOF LEFT JOIN ends e ON e.rank = b.rank AND e.tid = b.tid AND b.ts_ns <= e.ts_ns
 JOIN trace_end t ON t.rank = b.rank;
-
-
--- is_fp32_simt_matmul(name): an FP32 GEMM or convolution kernel on CUDA cores (cuBLAS sgemm, cuDNN
--- scudnn, CUTLASS _simt_, xmma FP32 math f32f32_f32f32_f32; f32f32_tf32f32_f32 is TF32), tensor-core
--- names excluded: the classification analyses/fp32_matmul (fp32_matmul_kernels) and the kernel
--- view use. Cheap tests first, then the exclusions (tensor-core kernels whose names also say gemm).
--- Such a kernel could run on tensor cores (TF32, FP16/BF16) and does not.
-CREATE OR REPLACE MACRO is_fp32_simt_matmul(name) AS
-    (contains(name, 'sgemm') OR contains(name, 'scudnn') OR contains(name, '_simt_')
-     OR contains(name, 'f32f32_f32f32_f32'))
-    AND NOT regexp_matches(lower(name), '(tensorop|tf32|hmma|wmma|bf16|f16|fp16|half|1688|16816|884)');
-
-
--- is_tensor_core_kernel(name, patterns): a kernel whose name says it runs on tensor cores: it
--- contains one of `patterns` (thresholds.TENSOR_CORE_KERNEL_PATTERNS, passed by the caller) and is
--- not an FP32 CUDA-core matmul (xmma names 'xmma_gemm' also for FP32 math).
-CREATE OR REPLACE MACRO is_tensor_core_kernel(name, patterns) AS
-    list_bool_or(list_transform(patterns, lambda p: contains(name, p))) AND NOT is_fp32_simt_matmul(name);

@@ -248,6 +248,7 @@ FROM interval_clip('whole_run_activity', 'step_windows');
 --   step_pct     total_ns / window_ns x 100 (share of the step time, or of the window's time)
 --   tensor_core  is_tensor_core_kernel; fp32_cuda_core  is_fp32_simt_matmul: a matmul or
 --                convolution that could use tensor cores and does not (the fp32_matmul finding)
+--   family, dtype  kernel_family, kernel_dtype (lib/kernel_taxonomy.sql)
 --   busy_ns, window_ns   the denominators of the ranks read
 CREATE OR REPLACE MACRO gpu_kernel_summary(run, t0_ns, t1_ns, only_rank, only_step, by_rank, tc_patterns) AS TABLE
 WITH activity AS MATERIALIZED (
@@ -273,6 +274,7 @@ SELECT p.grp_rank AS rank, p.name, p.category, p.calls, p.total_ns::BIGINT AS to
        100.0 * p.total_ns / nullif(w.window_ns, 0) AS step_pct,
        is_tensor_core_kernel(p.name, tc_patterns) AS tensor_core,
        is_fp32_simt_matmul(p.name) AS fp32_cuda_core,
+       kernel_family(p.name) AS family, kernel_dtype(p.name) AS dtype,
        b.busy_ns::BIGINT AS busy_ns, w.window_ns::BIGINT AS window_ns
 FROM per_name p
 LEFT JOIN busy b ON b.grp_rank IS NOT DISTINCT FROM p.grp_rank
@@ -379,12 +381,14 @@ FROM ranks r LEFT JOIN (SELECT rank, count(*) AS n FROM steps(run) GROUP BY rank
 WHERE r.run_id = run;
 
 
--- operator_diff(run_before, run_after, of_kind, tc_patterns, tc_ops): per op name ('ops') or kernel
--- name ('kernels'), the whole run of each side per step (its totals, counted inside the steps as
+-- operator_diff(run_before, run_after, of_kind, tc_patterns, tc_ops): per op name ('ops'), kernel
+-- name ('kernels') or kernel family ('families': lib/kernel_taxonomy.sql kernel_family, which lines
+-- up runs whose kernels are named differently: another GPU vendor, another library), the whole run of each side per step (its totals, counted inside the steps as
 -- the whole-run views count, over the ranks' step count: n_steps from steps(run), 1 on a rank
 -- without steps), what Compare's per-op table shows.
 -- Columns: name, before_ms, after_ms (time per step), delta_ms, before_calls, after_calls
---   (calls per step), delta_calls, tensor_core (kernels: is_tensor_core_kernel; ops: eligible)
+--   (calls per step), delta_calls, tensor_core (kernels: is_tensor_core_kernel; ops: eligible;
+--   families: NULL)
 CREATE OR REPLACE MACRO operator_diff(run_before, run_after, of_kind, tc_patterns, tc_ops) AS TABLE
 WITH step_counts AS (
     SELECT (SELECT steps FROM run_step_count(run_before)) AS before_steps,
@@ -401,6 +405,12 @@ WITH step_counts AS (
     UNION ALL
     SELECT 'after', name, calls, total_ns FROM gpu_kernel_summary(run_after, NULL, NULL, NULL, NULL, FALSE, tc_patterns)
     WHERE of_kind = 'kernels'
+    UNION ALL
+    SELECT 'before', family, sum(calls), sum(total_ns) FROM gpu_kernel_summary(run_before, NULL, NULL, NULL, NULL, FALSE, tc_patterns)
+    WHERE of_kind = 'families' GROUP BY family
+    UNION ALL
+    SELECT 'after', family, sum(calls), sum(total_ns) FROM gpu_kernel_summary(run_after, NULL, NULL, NULL, NULL, FALSE, tc_patterns)
+    WHERE of_kind = 'families' GROUP BY family
 ), per_step AS (
     SELECT name,
            coalesce(max(total_ns) FILTER (WHERE side = 'before'), 0) / (SELECT before_steps FROM step_counts) / 1e6 AS before_ms,
@@ -412,5 +422,5 @@ WITH step_counts AS (
 SELECT name, before_ms, after_ms, after_ms - before_ms AS delta_ms, before_calls, after_calls,
        after_calls - before_calls AS delta_calls,
        CASE WHEN of_kind = 'kernels' THEN is_tensor_core_kernel(name, tc_patterns)
-            ELSE is_tensor_core_eligible_op(name, tc_ops) END AS tensor_core
+            WHEN of_kind = 'ops' THEN is_tensor_core_eligible_op(name, tc_ops) END AS tensor_core
 FROM per_step;
