@@ -1,0 +1,109 @@
+"""The critical path of a replay: from each rank's last step end, back along the dependency that
+decided each node's time. Each element contributes (its end - its predecessor's end), split into
+its own part (a kernel's duration, a sync's own overhead, a DataLoader wait) and what led to it (CPU
+work before a host node, launch latency, queueing), so the path's parts add up to its length.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzers.whatif.graph import (CALL, COMM_ISSUE, COMM_WAIT, COPY, G_COMM, G_COMPUTE, G_MEMORY, G_WAIT, LAUNCH,
+                                    LOADER, NEVER, STEP, SYNC, RankGraph)
+from analyzers.whatif.replay import P_GPU, P_HOST, P_NONE, RankReplay
+
+# path categories, in the order the pages show them
+CATEGORIES = ("cpu", "launch", "runtime_stall", "sync", "copy", "loader", "comm_wait", "launch_latency",
+              "gpu_queue", "gpu_compute", "gpu_comm", "gpu_memory", "collective_wait")
+_HOST_OWN = {CALL: "launch", LAUNCH: "launch", SYNC: "sync", COPY: "copy", LOADER: "loader",
+             COMM_WAIT: "comm_wait", COMM_ISSUE: "cpu", STEP: "cpu"}
+_GPU_OWN = {G_COMPUTE: "gpu_compute", G_COMM: "gpu_comm", G_MEMORY: "gpu_memory", G_WAIT: "gpu_queue"}
+
+
+@dataclass
+class CriticalPath:
+    """One rank's path. Elements in time order; own/lead split each element's contribution."""
+    rank: int
+    is_gpu: np.ndarray          # bool per element
+    index: np.ndarray           # host node or GPU op index
+    own_ns: np.ndarray          # the element's own part
+    lead_ns: np.ndarray         # what came before it (CPU work, launch latency, queueing)
+    end_ns: np.ndarray          # the element's replayed end (assigns it to a step)
+    own_category: list[str]
+    lead_category: list[str]
+
+    def by_category(self) -> dict[str, int]:
+        totals = dict.fromkeys(CATEGORIES, 0)
+        for cat, v in zip(self.own_category, self.own_ns.tolist()):
+            totals[cat] += v
+        for cat, v in zip(self.lead_category, self.lead_ns.tolist()):
+            totals[cat] += v
+        return totals
+
+    def touched_ns(self, host_mask: np.ndarray, gpu_mask: np.ndarray, host_lead_mask: np.ndarray | None = None) -> int:
+        """Time on the path of the nodes a fix changes: their own parts (and, for host nodes in
+        host_lead_mask, the CPU work before them)."""
+        hit = np.where(self.is_gpu, gpu_mask[self.index] if len(gpu_mask) else False,
+                       host_mask[self.index] if len(host_mask) else False)
+        total = int(self.own_ns[hit].sum())
+        if host_lead_mask is not None and len(host_lead_mask):
+            lead_hit = ~self.is_gpu & host_lead_mask[np.where(self.is_gpu, 0, self.index)]
+            total += int(self.lead_ns[lead_hit].sum())
+        return total
+
+
+def critical_path(g: RankGraph, r: RankReplay) -> CriticalPath:
+    """Walk back from the last step's end marker to the first step's start."""
+    stop_time = int(r.h_end[g.step_start_node].min()) if len(g.step_start_node) else NEVER
+    node = int(g.step_end_node[np.argmax(r.h_end[g.step_end_node])]) if len(g.step_end_node) else g.n_host - 1
+    is_gpu = False
+    elems_gpu, elems_idx, own, lead, ends, own_cat, lead_cat = [], [], [], [], [], [], []
+    h_end, h_start, g_end, g_start = r.h_end, r.h_start, r.g_end, r.g_start
+    h_pred_kind, h_pred, g_pred_kind, g_pred = r.h_pred_kind, r.h_pred, r.g_pred_kind, r.g_pred
+    h_type, g_cat, h_stall = g.h_type, g.g_cat, g.h_stall
+    coll_wait = r.g_coll_wait
+    for _ in range(g.n_host + len(g.g_stream) + 1):
+        if is_gpu:
+            end = int(g_end[node])
+            pk, p = int(g_pred_kind[node]), int(g_pred[node])
+            pred_end = int(h_end[p]) if pk == P_HOST else int(g_end[p]) if pk == P_GPU else int(g_start[node])
+            cat = _GPU_OWN[int(g_cat[node])]
+            wait = int(coll_wait[node])
+            own_part = end - int(g_start[node]) - wait
+            lead_part = max(0, end - pred_end - own_part)
+            elems_gpu.append(True)
+            own_cat.append(cat)
+            lead_cat.append("collective_wait" if wait > 0 else ("launch_latency" if pk == P_HOST else "gpu_queue"))
+            own.append(own_part)
+            lead.append(lead_part)
+        else:
+            end = int(h_end[node])
+            pk, p = int(h_pred_kind[node]), int(h_pred[node])
+            if p < 0 and pk == P_HOST:
+                pk = P_NONE
+            pred_end = int(h_end[p]) if pk == P_HOST else int(g_end[p]) if pk == P_GPU else int(h_start[node])
+            t = int(h_type[node])
+            cat = "runtime_stall" if h_stall[node] else _HOST_OWN[t]
+            if pk == P_GPU:     # a blocking node that waited: its own part is what followed the wait
+                own_part = max(0, end - pred_end)
+                lead_part = 0
+            else:
+                own_part = max(0, end - int(h_start[node]))
+                lead_part = max(0, end - pred_end - own_part)
+            elems_gpu.append(False)
+            own_cat.append(cat)
+            lead_cat.append("cpu")
+            own.append(own_part)
+            lead.append(lead_part)
+        elems_idx.append(node)
+        ends.append(end)
+        if pk == P_NONE or p < 0 or pred_end <= stop_time:
+            break
+        is_gpu = pk == P_GPU
+        node = p
+    order = slice(None, None, -1)
+    return CriticalPath(rank=g.rank, is_gpu=np.array(elems_gpu[order], dtype=bool),
+                        index=np.array(elems_idx[order], dtype=np.int64), own_ns=np.array(own[order], dtype=np.int64),
+                        lead_ns=np.array(lead[order], dtype=np.int64), end_ns=np.array(ends[order], dtype=np.int64),
+                        own_category=own_cat[order], lead_category=lead_cat[order])
