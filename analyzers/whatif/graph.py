@@ -88,6 +88,7 @@ class RunGraph:
     ranks: list[RankGraph]
     n_coll: int
     coll_keys: list[str]
+    coll_matched: np.ndarray        # bool per collective: matched across ranks (else it couples nothing)
     notes: list[str] = field(default_factory=list)
 
     def replace(self, **changes: Any) -> "RunGraph":
@@ -100,9 +101,13 @@ def _fetch(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> dict[
 
 def _col(d: dict[str, Any], name: str, dtype=None) -> np.ndarray:
     value = d[name]
-    if hasattr(value, "filled"):    # masked arrays: NULLs
-        fill = -1 if dtype is not None and np.issubdtype(np.dtype(dtype), np.integer) else None
-        value = value.filled(fill) if fill is not None else np.asarray(value.astype(object).filled(None))
+    if hasattr(value, "filled"):    # masked arrays: NULLs -> -1 (integers) or None
+        if dtype is not None and np.issubdtype(np.dtype(dtype), np.integer):
+            value = value.filled(-1)
+        else:
+            mask = np.ma.getmaskarray(value)
+            value = np.asarray(value.data, dtype=object)
+            value[mask] = None
     return np.asarray(value, dtype=dtype) if dtype is not None else np.asarray(value)
 
 
@@ -158,7 +163,8 @@ def build_run_graph(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: dic
     run_t0 = int(min(starts))      # one origin for every rank: collectives compare their times
     for rank in ranks:
         graph = _rank_graph(rank, run_t0, host, gpu, waits, steps, stalls,
-                            (c_rank, c_index, c_start, c_end, c_source, c_tail), thresholds)
+                            (c_rank, c_index, c_start, c_end, c_source, c_tail,
+                             [k is not None and not k.startswith("unmatched/") for k in key_list]), thresholds)
         if graph is not None:
             graphs.append(graph)
             notes.extend(graph.notes)
@@ -166,7 +172,8 @@ def build_run_graph(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: dic
     if unmatched and len(graphs) > 1:
         notes.append(f"{unmatched} collective instance(s) could not be matched across ranks: the replay keeps "
                      "their measured duration (waits for absent or unmatched ranks included).")
-    return RunGraph(ranks=graphs, n_coll=len(transfer), coll_keys=key_list, notes=notes)
+    matched = np.array([k is not None and not k.startswith("unmatched/") for k in key_list], dtype=bool)
+    return RunGraph(ranks=graphs, n_coll=len(transfer), coll_keys=key_list, coll_matched=matched, notes=notes)
 
 
 def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) -> RankGraph | None:
@@ -316,7 +323,7 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     h_target[op_targets] = inverse[h_target[op_targets]]
 
     # collectives of this rank: matched NCCL kernels by start time; gloo spans -> comm_issue nodes
-    c_rank, c_index, c_start, c_end, c_source, c_tail = colls
+    c_rank, c_index, c_start, c_end, c_source, c_tail, c_key_matched = colls
     c_sel = c_rank == rank
     g_coll = np.full(len(g_stream), -1, dtype=np.int64)
     g_coll_tail = np.zeros(len(g_stream), dtype=np.int64)
@@ -330,7 +337,7 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
         lookup = {(int(s), int(e)): k for s, e, k in zip(g_start[comm_ops], g_end[comm_ops], comm_ops)}
         for s, e, k, tail in zip(cs[gpu_c], ce[gpu_c], ci[gpu_c], ct[gpu_c]):
             op = lookup.get((int(s), int(e)))
-            if op is not None:
+            if op is not None and c_key_matched[k]:     # an unmatched kernel keeps its measured duration
                 g_coll[op] = k
                 g_coll_tail[op] = tail
     cpu_c = ~gpu_c

@@ -54,14 +54,18 @@ class RunReplay:
         return float(np.mean(np.concatenate(steps))) if steps else 0.0
 
 
-def replay_run(run: RunGraph) -> RunReplay:
-    """Replay every rank; collectives matched across ranks end when their last rank arrives."""
+def replay_run(run: RunGraph, start_arrival: np.ndarray | None = None) -> RunReplay:
+    """Replay every rank; collectives matched across ranks end when their last rank arrives.
+    The ranks are replayed again with the last arrivals of the round before until they settle
+    (Jacobi rounds: each settles at least one more collective of the chain); start_arrival, the
+    arrivals to start from (a baseline replay's), saves rounds."""
     n_coll = run.n_coll
-    coll_arrival = np.full(n_coll, NEVER, dtype=np.int64)
+    coll_arrival = (np.full(n_coll, NEVER, dtype=np.int64) if start_arrival is None
+                    else np.asarray(start_arrival, dtype=np.int64).copy())
     results: list[RankReplay] = []
     rounds = 0
     converged = True
-    coupled = n_coll > 0     # (one rank too: a collective's end follows its own arrival)
+    coupled = bool(run.coll_matched.any()) and len(run.ranks) > 1
     while True:
         rounds += 1
         arrival = np.full(n_coll, NEVER, dtype=np.int64)
@@ -70,8 +74,9 @@ def replay_run(run: RunGraph) -> RunReplay:
             result, arrive = replay_rank(graph, coll_arrival)
             results.append(result)
             np.maximum(arrival, arrive, out=arrival)
+        arrival = np.where(run.coll_matched, arrival, NEVER)   # an unmatched one waits for its own rank only
         settled = np.all(np.abs(arrival - coll_arrival) <= 1_000)
-        coll_arrival = np.maximum(coll_arrival, arrival)
+        coll_arrival = arrival
         if not coupled or settled:
             break
         if rounds >= MAX_CROSS_RANK_ROUNDS:
@@ -165,7 +170,8 @@ def replay_rank(g: RankGraph, coll_arrival: np.ndarray):
                 colls = g.g_coll[sl]
                 d = dur[sl]
                 q = queue[sl]
-                floor_end = (np.where(colls >= 0, coll_arrival[np.clip(colls, 0, None)] + d, NEVER) if len(coll_arrival)
+                floor_end = (np.where(colls >= 0, np.maximum(coll_arrival[np.clip(colls, 0, None)], ready) + d, NEVER)
+                             if len(coll_arrival)
                              else np.full(len(colls), NEVER, dtype=np.int64))
                 end = _scan(np.maximum(ready, floor_end - d), d, q, start_carry[k_s])
                 prev_end = np.concatenate([[start_carry[k_s]], end[:-1]])
@@ -188,7 +194,10 @@ def replay_rank(g: RankGraph, coll_arrival: np.ndarray):
             break
         # the blocking node
         start_b = cursor + int(g.h_gap[b])
-        target_end, target = _target(g, b, g_end, carry, last_op, stream_pos, coll_arrival)
+        issued = np.flatnonzero((g.h_type[:b] == COMM_ISSUE) & (g.h_coll[:b] >= 0)) if g.h_target_kind[b] == T_COLL else ()
+        if len(issued):
+            np.maximum.at(arrival, g.h_coll[issued], h_start[issued])
+        target_end, target = _target(g, b, g_end, carry, last_op, stream_pos, coll_arrival, arrival)
         h_start[b] = start_b
         if target_end > start_b:
             h_end[b] = target_end + int(g.h_own[b])
@@ -220,7 +229,7 @@ def replay_rank(g: RankGraph, coll_arrival: np.ndarray):
                       g_coll_wait=g_coll_wait, step_ns=step_ns), arrival
 
 
-def _target(g: RankGraph, b: int, g_end, carry, last_op, stream_pos, coll_arrival):
+def _target(g: RankGraph, b: int, g_end, carry, last_op, stream_pos, coll_arrival, own_arrival):
     """(when what blocking node b waits for ends, the op that ends it or -1)."""
     kind = g.h_target_kind[b]
     if kind == T_DEVICE:
@@ -235,7 +244,8 @@ def _target(g: RankGraph, b: int, g_end, carry, last_op, stream_pos, coll_arriva
         j = int(g.h_target[b])
         return int(g_end[j]), j
     if kind == T_COLL:
-        last = int(coll_arrival[int(g.h_target[b])])
+        c = int(g.h_target[b])
+        last = max(int(coll_arrival[c]), int(own_arrival[c]))   # this rank's own arrival is this round's
         if last == NEVER:       # first round, or a collective no rank issued in the graph
             return NEVER, -1
         return last + int(g.h_coll_tail[b]), -1
