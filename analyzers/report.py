@@ -41,6 +41,7 @@ def _error_dict(err: Any) -> dict[str, str]:
 def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[Any] = ()) -> dict[str, Any]:
     """The CLI JSON contract for a stored run (plus "notes": caveats in plain words)."""
     from analyzers.findings import analysis_notes, stored_rank_table
+    from analyzers.whatif import stored_whatif
 
     ensure_loaded(con)
     run = con.execute("SELECT run_id, name, world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()
@@ -50,15 +51,21 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[A
                 "ranks": [], "findings": [], "notes": []}
     rank_rows = con.execute("SELECT rank, file_name FROM ranks WHERE run_id = ? ORDER BY rank", [run_id]).fetchall()
     bounds = time_bounds(con, run_id)
+    whatif = stored_whatif(con, run_id) or {}
+    predictions = whatif.get("findings") or {}
     return {
         "run": {"run_id": run[0], "name": run[1], "world_size": run[2],
                 "ranks": [r for r, _ in rank_rows], "files": [f for _, f in rank_rows],
                 # the run's first event (µs), so finding windows can be read as "ms into the trace"
-                "start_us": None if bounds is None else bounds[0] / 1000.0},
+                "start_us": None if bounds is None else bounds[0] / 1000.0,
+                # the replayed step, after all fixes, the greedy order (analyzers/whatif); None: not replayed
+                "whatif": whatif.get("run")},
         "errors": error_list,
         "ranks": stored_rank_table(con, run_id) or rank_summary(con, run_id),
-        "findings": [finding_contract(f) for f in findings(con, run_id, raw=True)],
-        "notes": analysis_notes(con, run_id),
+        # each finding's predicted step after its fix alone (None: no model for its kind, or a consequence)
+        "findings": [{**finding_contract(f), "whatif": predictions.get(f["id"])}
+                     for f in findings(con, run_id, raw=True)],
+        "notes": analysis_notes(con, run_id) + list(whatif.get("notes") or []),
     }
 
 

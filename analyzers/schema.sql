@@ -129,3 +129,11 @@ CREATE TABLE IF NOT EXISTS audit_log (
     run_id      VARCHAR,
     detail      VARCHAR              -- the new name, tags or note, the finding marked, why a run was purged
 );
+
+-- The what-if replay of a run's last analysis (analyzers/whatif): run-level figures (measured,
+-- replayed, all fixes, greedy order, critical path by category), each finding's prediction, the
+-- replay's per-step error and notes, as one JSON document (rewritten with the findings).
+CREATE TABLE IF NOT EXISTS whatif (
+    run_id  VARCHAR PRIMARY KEY,
+    result  JSON
+);

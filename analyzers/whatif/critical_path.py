@@ -44,12 +44,13 @@ class CriticalPath:
     def touched_ns(self, host_mask: np.ndarray, gpu_mask: np.ndarray, host_lead_mask: np.ndarray | None = None) -> int:
         """Time on the path of the nodes a fix changes: their own parts (and, for host nodes in
         host_lead_mask, the CPU work before them)."""
-        hit = np.where(self.is_gpu, gpu_mask[self.index] if len(gpu_mask) else False,
-                       host_mask[self.index] if len(host_mask) else False)
-        total = int(self.own_ns[hit].sum())
+        on_gpu = self.index[self.is_gpu]
+        on_host = self.index[~self.is_gpu]
+        own_gpu, own_host = self.own_ns[self.is_gpu], self.own_ns[~self.is_gpu]
+        total = int(own_gpu[gpu_mask[on_gpu]].sum()) if len(gpu_mask) else 0
+        total += int(own_host[host_mask[on_host]].sum()) if len(host_mask) else 0
         if host_lead_mask is not None and len(host_lead_mask):
-            lead_hit = ~self.is_gpu & host_lead_mask[np.where(self.is_gpu, 0, self.index)]
-            total += int(self.lead_ns[lead_hit].sum())
+            total += int(self.lead_ns[~self.is_gpu][host_lead_mask[on_host]].sum())
         return total
 
 

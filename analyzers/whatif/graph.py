@@ -50,6 +50,7 @@ class RankGraph:
     h_copy_dir: np.ndarray      # object, a copy call's direction (HtoD, DtoH...), None otherwise
     h_coll: np.ndarray          # int64, collective index of a comm_issue node, -1 otherwise
     h_coll_tail: np.ndarray     # int64, a comm_wait's collective: its end after the last rank's arrival
+    h_loader_in_main: np.ndarray  # bool, a DataLoader wait of a loader without workers (_SingleProcessDataLoaderIter)
     # GPU ops
     g_stream: np.ndarray        # int64
     g_start: np.ndarray         # int64, measured
@@ -416,7 +417,10 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     graph = RankGraph(
         rank=rank, t0=t0, h_type=h_type, h_start=hs, h_dur=h_dur, h_gap=h_gap, h_blocking=h_blocking,
         h_target_kind=h_target_kind, h_target=h_target, h_own=h_own, h_stall=h_stall, h_copy_dir=h_copy_dir,
-        h_coll=h_coll, h_coll_tail=h_coll_tail, g_stream=g_stream, g_start=g_start, g_dur=g_end - g_start, g_launch=g_launch,
+        h_coll=h_coll, h_coll_tail=h_coll_tail,
+        h_loader_in_main=(h_type == LOADER) & np.array(["SingleProcess" in x if isinstance(x, str) else False
+                                                        for x in names], dtype=bool),
+        g_stream=g_stream, g_start=g_start, g_dur=g_end - g_start, g_launch=g_launch,
         g_has_launch=g_has_launch, g_cat=g_cat, g_fp32=g_fp32, g_copy_dir=g_copy_dir, g_pageable=g_pageable,
         g_dep=g_dep, g_coll=g_coll, g_coll_tail=g_coll_tail, step_numbers=st_num, step_start_node=step_start_node,
         step_end_node=step_end_node, step_measured_ns=st_end - st_start, launch_latency_ns=latency,
