@@ -1,0 +1,79 @@
+"""What-if replay (analyzers/whatif): the replay reproduces measured steps, predictions never exceed
+the measured step, and each modelled kind's fix model changes the step it should."""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from analyzers.api import analyze_paths
+from analyzers.whatif import fix_model, stored_whatif
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+MODELLED = ("dataloader_stall", "host_sync", "h2d_stall", "launch_gap", "fp32_matmul", "comm_exposed",
+            "rank_imbalance", "runtime_stall")
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    db = str(tmp_path_factory.mktemp("whatif") / "store.duckdb")
+    out = {}
+    for name in ("cpu_dataloader_tuning_before", "cpu_balanced_sampler_before", "synthetic_fp32_matmul",
+                 "synthetic_allocator_churn"):
+        report = analyze_paths([str(SAMPLES / name)], db_path=db)
+        with duckdb.connect(db, read_only=True) as con:
+            out[name] = (report, stored_whatif(con, report["run"]["run_id"]))
+    return out
+
+
+def test_every_kind_declares_a_fix_model():
+    for kind in MODELLED:
+        assert fix_model(kind) is not None, kind
+
+
+def test_replay_reproduces_the_measured_steps(reports):
+    errors = [abs(s["error_pct"]) for _, doc in reports.values() for s in doc["steps"]]
+    assert errors and statistics.median(errors) <= 5.0 and max(errors) <= 10.0
+
+
+def test_no_prediction_above_the_measured_step(reports):
+    for name, (report, _) in reports.items():
+        run = report["run"]["whatif"]
+        assert run["all_fixes_step_ms"] <= run["measured_step_ms"] + 1e-6, name
+        for f in report["findings"]:
+            if f["whatif"] is not None:
+                assert 0 <= f["whatif"]["saving_ms"] <= run["measured_step_ms"], (name, f["id"])
+                assert f["whatif"]["step_ms_after"] <= run["measured_step_ms"] + 1e-6, (name, f["id"])
+        assert set(run["order"]) == {f["id"] for f in report["findings"] if f["whatif"] is not None}
+
+
+def _prediction(reports, run, kind):
+    report, _ = reports[run]
+    finding = next(f for f in report["findings"] if f["kind"] == kind)
+    return report["run"]["whatif"], finding
+
+
+def test_dataloader_model_saves_most_of_the_wait(reports):
+    run, finding = _prediction(reports, "cpu_dataloader_tuning_before", "dataloader_stall")
+    w = finding["whatif"]
+    # the wait is on the critical path of a CPU loop: the fix saves most of it, never more than the step
+    assert w["on_critical_path_ms"] == pytest.approx(finding["cost_ms_per_step"], rel=0.05)
+    assert 0.5 * finding["cost_ms_per_step"] < w["saving_ms"] <= finding["cost_ms_per_step"]
+    assert any("DATALOADER_FIX_WORKERS" in a for a in w["assumptions"])
+
+
+def test_fp32_model_shortens_the_gpu_step(reports):
+    _, finding = _prediction(reports, "synthetic_fp32_matmul", "fp32_matmul")
+    assert finding["whatif"] is not None and finding["whatif"]["saving_ms"] >= 0
+
+
+def test_runtime_stall_model(reports):
+    _, finding = _prediction(reports, "synthetic_allocator_churn", "runtime_stall")
+    assert finding["whatif"] is not None and finding["whatif"]["saving_ms"] > 0
+
+
+def test_straggler_model_predicts_a_saving(reports):
+    _, finding = _prediction(reports, "cpu_balanced_sampler_before", "rank_imbalance")
+    assert finding["whatif"] is not None and finding["whatif"]["saving_ms"] > 0
