@@ -180,8 +180,6 @@ def build_run_graph(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: dic
 def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) -> RankGraph | None:
     sel = _col(host, "rank", np.int64) == rank
     s_sel = _col(steps, "rank", np.int64) == rank
-    if not s_sel.any():
-        return None
     hs = _col(host, "start_ns", np.int64)[sel]
     he = _col(host, "end_ns", np.int64)[sel]
     names = _col(host, "name")[sel]
@@ -191,6 +189,17 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     st_start = _col(steps, "start_ns", np.int64)[s_sel]
     st_end = _col(steps, "end_ns", np.int64)[s_sel]
     st_num = _col(steps, "step", np.int64)[s_sel]
+    whole_trace = not s_sel.any()
+    if whole_trace:
+        # no steps: the whole trace is one, from the first host node to the end of the last work
+        # (host or GPU; the end marker waits for the device)
+        if not len(hs):
+            return None
+        g_rank = _col(gpu, "rank", np.int64) == rank
+        last_gpu = _col(gpu, "end_ns", np.int64)[g_rank].max(initial=int(he.max()))
+        st_start = np.array([hs.min()], dtype=np.int64)
+        st_end = np.array([max(int(he.max()), int(last_gpu))], dtype=np.int64)
+        st_num = np.array([-1], dtype=np.int64)
     marker_times = np.concatenate([st_start, st_end])
     n_real = len(hs)
     hs = np.concatenate([hs, marker_times])
@@ -275,6 +284,8 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     h_target_kind = np.zeros(n, dtype=np.int8)
     h_target = np.full(n, -1, dtype=np.int64)
     h_target_kind[h_type == SYNC] = T_DEVICE
+    if whole_trace:      # the trace's end waits for its last GPU work
+        h_target_kind[step_end_node[0]] = T_DEVICE
     extra_ops = []      # (stream, start, launch host, dep op) stream-wait pseudo ops
     for c, kind, stream, on, record in zip(w_corr.tolist(), w_kind.tolist(), w_stream.tolist(), w_on.tolist(),
                                            w_record.tolist()):
@@ -379,6 +390,8 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
                 h_target[i] = j
     syncs = np.flatnonzero(h_type == SYNC)
     h_blocking[syncs] = True
+    if whole_trace:
+        h_blocking[step_end_node[0]] = True
     waits_c = np.flatnonzero(h_type == COMM_WAIT)
     cpu_coll_end, cpu_coll_tail = {}, {}
     for e, k, tail in zip(ce[cpu_c], ci[cpu_c], ct[cpu_c]):
