@@ -86,7 +86,7 @@ def analyse_whatif(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[M
             effect = model.transform(g, finding, t)
             if effect is not None:
                 g = effect.graph
-        return replay_run(g, base.coll_arrival).mean_step_ns()
+        return replay_run(g).mean_step_ns()
 
     effects: dict[str, tuple[FixModel, Mapping[str, Any]]] = {}
     out: dict[str, dict[str, Any] | None] = {}
