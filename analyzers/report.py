@@ -202,6 +202,35 @@ def _md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return lines
 
 
+def _whatif_rows(report: Mapping[str, Any]) -> list[list[Any]]:
+    """The what-if waterfall as table rows: the step now, after each fix in the greedy order (fixes
+    applied together, replayed), with each one's saving."""
+    whatif = (report.get("run") or {}).get("whatif") or {}
+    if not whatif.get("measured_step_ms") or not whatif.get("order"):
+        return []
+    by_id = {f.get("id"): f for f in report.get("findings") or []}
+    rows = [["now (measured)", whatif["measured_step_ms"], None]]
+    previous = whatif["measured_step_ms"]
+    for fid in whatif["order"]:
+        prediction = (by_id.get(fid) or {}).get("whatif") or {}
+        after = prediction.get("step_ms_after_order")
+        if after is None:
+            continue
+        rows.append([f"+ fix {_title(by_id[fid])}", after, round(previous - after, 3)])
+        previous = after
+    return rows
+
+
+def _whatif_line(f: Mapping[str, Any]) -> str:
+    """What fixing the finding alone gives, in words ('' without a prediction)."""
+    w = f.get("whatif")
+    if not w:
+        return "no prediction (no fix model for this kind, or a consequence)" if "whatif" in f else ""
+    return (f"step {_fmt(w.get('step_ms_after'))} ms after fixing it alone (saves {_fmt(w.get('saving_ms'))} ms; "
+            f"{_fmt(w.get('on_critical_path_ms'))} ms of what it changes is on the critical path). Assumes: "
+            + "; ".join(str(a) for a in w.get("assumptions") or []))
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     """A human-readable Markdown report: top findings, per-rank figures, then each finding."""
     run = report.get("run") or {}
@@ -228,6 +257,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                             for i, f in enumerate(findings[:10])])
     else:
         lines.append("No significant findings: nothing costs more than the reporting threshold of step time.")
+    whatif_rows = _whatif_rows(report)
+    if whatif_rows:
+        lines += ["", "## What the fixes will buy (replayed, fixes applied together, largest saving first)", ""]
+        lines += _md_table(["Step", "ms per step", "Saves (ms)"], whatif_rows)
     lines += ["", "## Per-rank figures", ""]
     ranks = report.get("ranks") or []
     if ranks:
@@ -243,6 +276,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                   f"- **Where:** {_md_text(_where(f, origin))} · id {_md_text(f.get('id'))}",
                   f"- **Cost:** {_fmt(f.get('cost_ms_per_step'), 3)} ms lost per step "
                   f"({_fmt(f.get('cost_pct'))}% of the mean step)" + _md_text(_consequence(f, by_id))]
+        if _whatif_line(f):
+            lines.append(f"- **What-if:** {_md_text(_whatif_line(f), 2000)}")
         if f.get("review"):
             lines.append(f"- **Review:** {_md_text(_mark_label(f['review']['status']))}"
                          + (f" — {_md_note(f['review']['note'])}" if f["review"].get("note") else ""))
@@ -330,6 +365,11 @@ def render_html(report: Mapping[str, Any]) -> str:
         parts.append(_html_table(["#", "Severity", "Kind", "Where", "Cost (ms/step)", "Cost (% of step)", "Best fix"], rows))
     else:
         parts.append("<p>No significant findings: nothing costs more than the reporting threshold of step time.</p>")
+    whatif_rows = _whatif_rows(report)
+    if whatif_rows:
+        parts.append("<h2>What the fixes will buy</h2><p>The run's dependency graph replayed with each fix, the "
+                     "largest predicted saving first, fixes applied together (not added up).</p>")
+        parts.append(_html_table(["Step", "ms per step", "Saves (ms)"], whatif_rows))
     parts.append("<h2>Per-rank figures</h2>")
     parts.append(_html_table([t for _, t in RANK_COLUMNS],
                              [[r.get(k) for k, _ in RANK_COLUMNS] for r in report.get("ranks") or []]))
@@ -345,7 +385,8 @@ def render_html(report: Mapping[str, Any]) -> str:
             f"<p>{_h(f.get('summary'))}</p>"
             f"<p><b>Where:</b> {_h(_where(f, origin))} · id <code>{_h(f.get('id'))}</code><br>"
             f"<b>Cost:</b> {_h(_fmt(f.get('cost_ms_per_step'), 3))} ms lost "
-            f"per step ({_h(f.get('cost_pct'))}% of the mean step){_h(_consequence(f, by_id))}</p>"
+            f"per step ({_h(f.get('cost_pct'))}% of the mean step){_h(_consequence(f, by_id))}"
+            + (f"<br><b>What-if:</b> {_h(_whatif_line(f), 2000)}" if _whatif_line(f) else "") + "</p>"
             + (f"<p><b>Review:</b> {_h(_mark_label(f['review']['status']))}"
                + (f" — {note_html(_fmt(f['review']['note']))}" if f["review"].get("note") else "") + "</p>"
                if f.get("review") else "")

@@ -77,3 +77,26 @@ def test_runtime_stall_model(reports):
 def test_straggler_model_predicts_a_saving(reports):
     _, finding = _prediction(reports, "cpu_balanced_sampler_before", "rank_imbalance")
     assert finding["whatif"] is not None and finding["whatif"]["saving_ms"] > 0
+
+
+def test_overview_and_findings_show_the_what_if(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    db = tmp_path / "store.duckdb"
+    report = analyze_paths([str(SAMPLES / "cpu_dataloader_tuning_before")], db_path=str(db))
+    monkeypatch.setenv("TRACEDOCTOR_DB", str(db))
+    monkeypatch.setenv("TRACEDOCTOR_SAMPLES", "none")
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "Home.py"), default_timeout=120)
+    at.session_state["run_id"] = report["run"]["run_id"]
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.switch_page("views/overview.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "What the fixes will buy" in [s.value for s in at.subheader]
+    at.switch_page("views/findings.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    after = {m.label: m.value for m in at.metric}["Step after fixing it alone"]
+    predicted = report["findings"][0]["whatif"]["step_ms_after"]
+    assert after == f"{predicted:,.2f} ms"
