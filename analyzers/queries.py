@@ -406,6 +406,33 @@ def whatif_waterfall(doc: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     return rows
 
 
+def whatif_vs_measured(con: duckdb.DuckDBPyConnection, before: str, after: str) -> list[dict[str, Any]]:
+    """The before run's predictions beside what the after run measured: per finding with a
+    prediction (and all fixes together), the predicted step and saving, the measured step and saving
+    (mean step of each run, the same definition), and the finding's cost (the naive "cost = saving")."""
+    predicted, measured = whatif(con, before) or {}, whatif(con, after) or {}
+    before_ms = (predicted.get("run") or {}).get("measured_step_ms")
+    after_ms = (measured.get("run") or {}).get("measured_step_ms")
+    if not before_ms or not after_ms:
+        return []
+    costs = {f["id"]: f for f in findings(con, before)}
+    rows = []
+    for fid, p in (predicted.get("findings") or {}).items():
+        if not p or fid not in costs:
+            continue
+        rows.append({"finding": fid, "kind": costs[fid]["kind"], "predicted_step_ms": p["step_ms_after"],
+                     "predicted_saving_ms": p["saving_ms"], "measured_step_ms": after_ms,
+                     "measured_saving_ms": round(before_ms - after_ms, 3),
+                     "cost_ms": costs[fid]["cost_ms_per_step"]})
+    all_fixes = predicted["run"].get("all_fixes_step_ms")
+    if rows and all_fixes is not None:
+        rows.append({"finding": "all fixes", "kind": None, "predicted_step_ms": all_fixes,
+                     "predicted_saving_ms": round(before_ms - all_fixes, 3), "measured_step_ms": after_ms,
+                     "measured_saving_ms": round(before_ms - after_ms, 3),
+                     "cost_ms": None})
+    return rows
+
+
 def run_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     """The caveats of the run's analysis in plain words (what could not be looked at, how to read
     the costs): the CLI JSON's "notes"."""
