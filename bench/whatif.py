@@ -109,10 +109,50 @@ def _err(predicted: float | None, measured: float) -> str:
     return f"{100 * (predicted - measured) / abs(measured):+.0f}% ({predicted - measured:+.2f} ms)"
 
 
+def speed(size: str) -> None:
+    """Time the analysis without and with the what-if on bench/ingest.py's generated trace of `size`
+    (1 rank of replicated real events), in this process, on a store file."""
+    import duckdb
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import ingest as bench_ingest
+
+    from analyzers import findings as findings_module
+    from analyzers.ingest import ingest_paths
+    from analyzers.store import connect
+    from analyzers.whatif import analyse_whatif
+
+    folder = bench_ingest.generate(size)
+    with tempfile.TemporaryDirectory() as tmp:
+        con = connect(str(Path(tmp) / "speed.duckdb"))
+        started = time.perf_counter()
+        run_id = ingest_paths(con, [str(folder)]).run_id
+        ingest_s = time.perf_counter() - started
+        started = time.perf_counter()
+        found, _, costs = findings_module.analyze_root_causes(con, run_id)
+        analyse_s = time.perf_counter() - started
+        contracts = [findings_module.computed_finding_contract(f, costs.to_dict()) for f in found]
+        started = time.perf_counter()
+        result = analyse_whatif(con, run_id, contracts)
+        whatif_s = time.perf_counter() - started
+        n_events = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [run_id]).fetchone()[0]
+        con.close()
+    print(f"| {size} | {n_events:,} | {ingest_s:.1f} | {analyse_s:.1f} | {whatif_s:.1f} | "
+          f"{len([v for v in result.findings.values() if v])} | {result.run.get('replay_error_pct')} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demos", help="also run the CPU accel demos into this folder and check them")
+    parser.add_argument("--speed", help="only time analyze with and without the what-if on bench/ingest.py's "
+                                        "generated trace of this size (100mb, 1gb)")
     args = parser.parse_args()
+    if args.speed:
+        print("| trace | events | ingest s | analyse s (no what-if) | what-if s | predictions | replay error % |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for size in args.speed.split(","):
+            speed(size)
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "whatif.duckdb")
         print("## Replay error (mean step; worst step)\n")

@@ -9,7 +9,6 @@ it. Blocking nodes (syncs, blocking copies, CPU collective waits) end when what 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +25,6 @@ G_COMPUTE, G_COMM, G_MEMORY, G_WAIT = range(4)
 GPU_CATEGORY_NAMES = ("compute", "comm", "memory", "stream_wait")
 NEVER = -(1 << 62)        # "no constraint" in int64 ns arithmetic
 
-_SYNC_NAME = re.compile(r"^(cuda|hip)(Stream|Device|Event)Synchronize$")
-_COPY_NAME = re.compile(r"^(cuda|hip)Memcpy")
-_WAIT_EVENT_NAME = re.compile(r"^(cuda|hip)StreamWaitEvent$")
 
 
 @dataclass
@@ -114,7 +110,9 @@ def _col(d: dict[str, Any], name: str, dtype=None) -> np.ndarray:
 
 def build_run_graph(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: dict[str, float]) -> RunGraph:
     """The run's graph from the store (whatif/graph.sql), every rank."""
-    host = _fetch(con, "SELECT rank, tid, start_ns, end_ns, name, coalesce(correlation, -1) AS correlation, node "
+    host = _fetch(con, "SELECT rank, start_ns, end_ns, coalesce(correlation, -1) AS correlation, "
+                       "CASE node WHEN 'call' THEN 0 WHEN 'loader' THEN 1 WHEN 'comm_wait' THEN 2 ELSE 3 END::TINYINT "
+                       "AS node, call_kind, loader_in_main "
                        "FROM whatif_host_nodes(?) ORDER BY rank, start_ns, end_ns DESC", [run_id])
     gpu = _fetch(con, "SELECT rank, stream, start_ns, end_ns, coalesce(correlation, -1) AS correlation, category, "
                       "fp32_matmul, copy_dir, pageable FROM whatif_gpu_ops(?) ORDER BY rank, stream, start_ns, end_ns",
@@ -182,9 +180,10 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     s_sel = _col(steps, "rank", np.int64) == rank
     hs = _col(host, "start_ns", np.int64)[sel]
     he = _col(host, "end_ns", np.int64)[sel]
-    names = _col(host, "name")[sel]
+    call_kind = _col(host, "call_kind", np.int8)[sel]
+    in_main = _col(host, "loader_in_main").astype(bool)[sel]
     corr = _col(host, "correlation", np.int64)[sel]
-    node = _col(host, "node")[sel]
+    node = _col(host, "node", np.int8)[sel]
     # step markers join the chain as zero-length nodes
     st_start = _col(steps, "start_ns", np.int64)[s_sel]
     st_end = _col(steps, "end_ns", np.int64)[s_sel]
@@ -204,12 +203,13 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     n_real = len(hs)
     hs = np.concatenate([hs, marker_times])
     he = np.concatenate([he, marker_times])
-    names = np.concatenate([names.astype(object), np.full(len(marker_times), "step", dtype=object)])
+    call_kind = np.concatenate([call_kind, np.zeros(len(marker_times), dtype=np.int8)])
+    in_main = np.concatenate([in_main, np.zeros(len(marker_times), dtype=bool)])
     corr = np.concatenate([corr, np.full(len(marker_times), -1, dtype=np.int64)])
-    node = np.concatenate([node.astype(object), np.full(len(marker_times), "step", dtype=object)])
+    node = np.concatenate([node, np.full(len(marker_times), 4, dtype=np.int8)])   # 4: a step marker
     # at one start time the zero-length nodes (markers, arrivals) come first
     order = np.lexsort((he - hs, hs))
-    hs, he, names, corr, node = hs[order], he[order], names[order], corr[order], node[order]
+    hs, he, call_kind, in_main, corr, node = (a[order] for a in (hs, he, call_kind, in_main, corr, node))
     position = np.empty_like(order)
     position[order] = np.arange(len(order))
     marker_pos = position[n_real:]
@@ -220,14 +220,13 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     n = len(hs)
 
     h_type = np.full(n, CALL, dtype=np.int8)
-    h_type[node == "loader"] = LOADER
-    h_type[node == "comm_wait"] = COMM_WAIT
-    h_type[node == "comm_issue"] = COMM_ISSUE
-    h_type[node == "step"] = STEP
-    is_call = node == "call"
-    sync_name = np.array([bool(_SYNC_NAME.match(x)) if isinstance(x, str) else False for x in names])
-    copy_name = np.array([bool(_COPY_NAME.match(x)) if isinstance(x, str) else False for x in names])
-    wait_name = np.array([bool(_WAIT_EVENT_NAME.match(x)) if isinstance(x, str) else False for x in names])
+    h_type[node == 1] = LOADER
+    h_type[node == 2] = COMM_WAIT
+    h_type[node == 3] = COMM_ISSUE
+    h_type[node == 4] = STEP
+    is_call = node == 0
+    sync_name = call_kind == 1
+    copy_name = call_kind == 2
     h_type[is_call & sync_name] = SYNC
 
     # GPU ops of this rank
@@ -274,7 +273,8 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     w_stream = _col(waits, "stream", np.int64)[w_sel]
     w_on = _col(waits, "wait_on_stream", np.int64)[w_sel]
     w_record = _col(waits, "record_corr", np.int64)[w_sel]
-    corr_to_host = {int(c): i for i, c in enumerate(corr.tolist()) if c >= 0 and is_call[i]}
+    call_rows = np.flatnonzero(is_call & (corr >= 0)) if len(w_corr) else np.zeros(0, dtype=np.int64)
+    corr_to_host = dict(zip(corr[call_rows].tolist(), call_rows.tolist()))
 
     def last_op_on(stream: int, before_host: int) -> int:
         """The last op on `stream` launched before host node `before_host` (-1: none)."""
@@ -375,19 +375,18 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     h_copy_dir = np.full(n, None, dtype=object)
     copy_nodes = np.flatnonzero(h_type == COPY)
     if len(copy_nodes):
-        # a copy call's op: the op it launched (first by correlation)
-        first_op = {}
-        for j in np.flatnonzero(g_has_launch):
-            first_op.setdefault(int(g_launch[j]), j)
-        for i in copy_nodes:
-            j = first_op.get(int(i))
-            if j is None:
-                continue
-            h_copy_dir[i] = g_copy_dir[j]
-            if he[i] >= g_end[j] - 1_000:           # returned only after its copy was done
-                h_blocking[i] = True
-                h_target_kind[i] = T_OP
-                h_target[i] = j
+        # a copy call's op: the op it launched (the first by stream order)
+        launched = np.flatnonzero(g_has_launch)
+        first_op = np.full(n, -1, dtype=np.int64)
+        first_op[g_launch[launched][::-1]] = launched[::-1]
+        ops = first_op[copy_nodes]
+        have = ops >= 0
+        nodes, ops = copy_nodes[have], ops[have]
+        h_copy_dir[nodes] = g_copy_dir[ops]
+        done_after = he[nodes] >= g_end[ops] - 1_000     # returned only after its copy was done: blocking
+        h_blocking[nodes[done_after]] = True
+        h_target_kind[nodes[done_after]] = T_OP
+        h_target[nodes[done_after]] = ops[done_after]
     syncs = np.flatnonzero(h_type == SYNC)
     h_blocking[syncs] = True
     if whole_trace:
@@ -423,16 +422,14 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
                      "ended (their target is not recorded in the trace): replayed with their measured duration.")
     stall_sel = _col(stalls, "rank", np.int64) == rank
     stall_starts = set((_col(stalls, "start_ns", np.int64)[stall_sel] - t0).tolist())
-    h_stall = np.array([h_type[i] == CALL and int(hs[i]) in stall_starts for i in range(n)], dtype=bool) \
-        if stall_starts else np.zeros(n, dtype=bool)
+    h_stall = (h_type == CALL) & np.isin(hs, np.fromiter(stall_starts, dtype=np.int64, count=len(stall_starts)))
 
     latency, gap = _launch_constants(g_stream, g_start, g_end, g_launch, g_has_launch, he, g_cat, thresholds)
     graph = RankGraph(
         rank=rank, t0=t0, h_type=h_type, h_start=hs, h_dur=h_dur, h_gap=h_gap, h_blocking=h_blocking,
         h_target_kind=h_target_kind, h_target=h_target, h_own=h_own, h_stall=h_stall, h_copy_dir=h_copy_dir,
         h_coll=h_coll, h_coll_tail=h_coll_tail,
-        h_loader_in_main=(h_type == LOADER) & np.array(["SingleProcess" in x if isinstance(x, str) else False
-                                                        for x in names], dtype=bool),
+        h_loader_in_main=(h_type == LOADER) & in_main,
         g_stream=g_stream, g_start=g_start, g_dur=g_end - g_start, g_launch=g_launch,
         g_has_launch=g_has_launch, g_cat=g_cat, g_fp32=g_fp32, g_copy_dir=g_copy_dir, g_pageable=g_pageable,
         g_dep=g_dep, g_coll=g_coll, g_coll_tail=g_coll_tail, step_numbers=st_num, step_start_node=step_start_node,
@@ -442,21 +439,29 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
 
 
 def _measured_targets(kind, target, blocking, g_stream, g_end, g_launch, coll_end) -> np.ndarray:
-    """The measured end of what each blocking node waits for (NEVER where nothing)."""
+    """The measured end of what each blocking node waits for (NEVER where nothing): the latest end of
+    the work launched before it (on its stream, for a stream sync), its copy, its collective."""
     n = len(kind)
     t = np.full(n, NEVER, dtype=np.int64)
-    for i in np.flatnonzero(blocking):
-        k = kind[i]
-        if k == T_DEVICE:
-            before = g_launch < i
-            t[i] = g_end[before].max() if before.any() else NEVER
-        elif k == T_STREAM:
-            before = (g_launch < i) & (g_stream == target[i])
-            t[i] = g_end[before].max() if before.any() else NEVER
-        elif k == T_OP:
-            t[i] = g_end[target[i]]
-        elif k == T_COLL:
-            t[i] = coll_end.get(int(target[i]), NEVER)
+    by_launch = np.argsort(g_launch, kind="stable")
+    launch_sorted = g_launch[by_launch]
+    running = np.maximum.accumulate(g_end[by_launch]) if len(by_launch) else by_launch
+    device = np.flatnonzero(blocking & (kind == T_DEVICE))
+    if len(device) and len(by_launch):
+        k = np.searchsorted(launch_sorted, device, side="left") - 1
+        t[device] = np.where(k >= 0, running[np.clip(k, 0, None)], NEVER)
+    for stream in np.unique(target[blocking & (kind == T_STREAM)]):
+        nodes = np.flatnonzero(blocking & (kind == T_STREAM) & (target == stream))
+        on = by_launch[g_stream[by_launch] == stream]
+        if not len(on):
+            continue
+        run_on = np.maximum.accumulate(g_end[on])
+        k = np.searchsorted(g_launch[on], nodes, side="left") - 1
+        t[nodes] = np.where(k >= 0, run_on[np.clip(k, 0, None)], NEVER)
+    ops = np.flatnonzero(blocking & (kind == T_OP))
+    t[ops] = g_end[target[ops]]
+    for i in np.flatnonzero(blocking & (kind == T_COLL)):
+        t[i] = coll_end.get(int(target[i]), NEVER)
     return t
 
 

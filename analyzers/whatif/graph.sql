@@ -13,7 +13,9 @@
 -- whatif_host_nodes(run): the host chain's events, one row each, nested events left out (a
 -- runtime call inside a DataLoader wait is the loader's time).
 -- Columns:
---   rank, tid, start_ns, end_ns, name, correlation
+--   rank, start_ns, end_ns, correlation
+--   call_kind  TINYINT, a runtime call's kind by name: 1 sync, 2 copy, 3 cross-stream wait, 0 other
+--   loader_in_main  BOOLEAN, a DataLoader wait of a loader without workers (_SingleProcessDataLoaderIter)
 --   node   'call' (a runtime/driver call: launch, copy, sync or other; the replay tells them apart
 --          by correlation and name), 'loader' (enumerate(DataLoader)...__next__),
 --          'comm_wait' (the training thread of a CPU rank blocked while gloo works: cpu_comm_blocked),
@@ -43,7 +45,15 @@ WITH calls AS (
     SELECT * FROM calls UNION ALL SELECT * FROM loader UNION ALL SELECT * FROM comm_wait
     UNION ALL SELECT * FROM comm_issue
 )
-SELECT rank, tid, start_ns, end_ns, name, correlation, node
+SELECT rank, start_ns, end_ns, correlation, node,
+       -- what a runtime call is, by name: 1 a sync, 2 a copy, 3 a cross-stream wait, 0 other
+       CASE WHEN node <> 'call' THEN 0
+            WHEN (contains(name, 'Synchronize'))
+                 AND regexp_matches(name, '^(cuda|hip)(Stream|Device|Event)Synchronize$') THEN 1
+            WHEN starts_with(name, 'cudaMemcpy') OR starts_with(name, 'hipMemcpy') THEN 2
+            WHEN name IN ('cudaStreamWaitEvent', 'hipStreamWaitEvent') THEN 3
+            ELSE 0 END::TINYINT AS call_kind,
+       node = 'loader' AND contains(name, 'SingleProcess') AS loader_in_main
 FROM (SELECT *, max(end_ns) FILTER (WHERE node IN ('loader', 'comm_wait'))
                     OVER (PARTITION BY rank ORDER BY start_ns, end_ns DESC
                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS wait_end_ns

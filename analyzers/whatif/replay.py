@@ -98,123 +98,121 @@ def _scan(ready, dur, gap, carry):
 
 def replay_rank(g: RankGraph, coll_arrival: np.ndarray):
     """One rank's replay given the collectives' last arrivals so far; returns (RankReplay, this rank's
-    arrivals per collective)."""
+    arrivals per collective). The loop runs once per epoch (per blocking host node) with a few numpy
+    calls; who decided each time (the critical path's edges) is worked out after it, vectorised."""
     n = g.n_host
     h_start = np.zeros(n, dtype=np.int64)
     h_end = np.zeros(n, dtype=np.int64)
-    h_pred_kind = np.full(n, P_HOST, dtype=np.int8)
-    h_pred = np.arange(-1, n - 1, dtype=np.int64)
     m = len(g.g_stream)
     g_start = np.full(m, NEVER, dtype=np.int64)
     g_end = np.full(m, NEVER, dtype=np.int64)
-    g_pred_kind = np.full(m, P_NONE, dtype=np.int8)
-    g_pred = np.full(m, -1, dtype=np.int64)
-    g_coll_wait = np.zeros(m, dtype=np.int64)
     arrival = np.full(len(coll_arrival), NEVER, dtype=np.int64)
 
     # GPU ops per stream, ordered; an op belongs to the epoch of its (running max) launch index
     streams = np.unique(g.g_stream)
-    bounds = np.searchsorted(g.g_stream, streams, side="left")
-    ends_ = np.searchsorted(g.g_stream, streams, side="right")
-    epoch_key = [np.maximum.accumulate(g.g_launch[b:e]) for b, e in zip(bounds, ends_)]
-    done = [0] * len(streams)        # ops of each stream replayed so far
+    bounds = np.searchsorted(g.g_stream, streams, side="left").tolist()
+    stream_ends = np.searchsorted(g.g_stream, streams, side="right").tolist()
+    blocking = np.flatnonzero(g.h_blocking)
+    cuts = np.append(blocking, n)
+    # per stream, how many of its ops are launched before each cut (the epochs' slices, computed once)
+    upto = [(np.searchsorted(np.maximum.accumulate(g.g_launch[b:e]), cuts, side="left") + b).tolist()
+            for b, e in zip(bounds, stream_ends)]
+    done = list(bounds)              # next op of each stream to replay
     carry = [NEVER] * len(streams)
     last_op = [-1] * len(streams)
     stream_pos = {int(s): k for k, s in enumerate(streams)}
     is_coll_op = g.g_coll >= 0
     dur = g.g_dur.copy()
     dur[is_coll_op] = g.g_coll_tail[is_coll_op]
-    latency = g.launch_latency_ns
+    launch_ready_offset = np.where(g.g_has_launch, g.launch_latency_ns, NEVER).astype(np.int64)
+    has_launch = g.g_has_launch
     queue = np.where(g.g_cat == G_WAIT, 0, g.queue_gap_ns).astype(np.int64)
-
-    blocking = np.flatnonzero(g.h_blocking)
-    step_cuts = np.append(blocking, n)
-    cursor = int(g.h_start[0])
-    owner = -1                          # the node that set the host's progress
-    a = 0
+    has_deps = bool((g.g_dep >= 0).any())
+    floor_active = bool(is_coll_op.any()) and len(coll_arrival) > 0
+    coll_floor = np.where(is_coll_op, coll_arrival[np.clip(g.g_coll, 0, None)] if len(coll_arrival) else NEVER,
+                          NEVER) if floor_active else None
+    blocked_pred: dict[int, tuple[int, int]] = {}     # blocking node -> (P_*, index) when it waited
     increments = np.maximum(g.h_gap + g.h_dur, 0)
-    for b in step_cuts:
+    cursor = int(g.h_start[0])
+    a = 0
+    for cut_no, b in enumerate(cuts.tolist()):
         if b > a:
-            seg = slice(a, b)
-            inc = increments[seg]
-            cum = cursor + np.cumsum(inc)
-            prev = np.concatenate([[cursor], cum[:-1]])
-            h_start[seg] = prev + g.h_gap[seg]
-            h_end[seg] = h_start[seg] + g.h_dur[seg]
-            # who set the progress before each node: the last earlier node with a positive increment
-            moved = np.flatnonzero(inc > 0) + a
-            idx = np.arange(a, b)
-            k = np.searchsorted(moved, idx, side="left") - 1
-            h_pred[seg] = np.where(k >= 0, moved[np.clip(k, 0, None)], owner) if len(moved) else owner
-            if len(moved):
-                owner = int(moved[-1])
+            cum = cursor + np.cumsum(increments[a:b])
+            h_start[a] = cursor
+            h_start[a + 1:b] = cum[:-1]
+            h_start[a:b] += g.h_gap[a:b]
+            h_end[a:b] = h_start[a:b] + g.h_dur[a:b]
             cursor = int(cum[-1])
-        # GPU work launched before node b (cross-stream waits: repeat until the streams agree)
-        passes = 2 if (g.g_dep >= 0).any() else 1
-        start_done = list(done)
-        start_carry = list(carry)
-        start_last = list(last_op)
-        for _ in range(passes):
-            for k_s in range(len(streams)):
-                lo = start_done[k_s]
-                hi = int(np.searchsorted(epoch_key[k_s], b, side="left"))
+        # GPU work launched before node b (cross-stream waits: a second pass once the other streams ran)
+        for _ in range(2 if has_deps else 1):
+            for k_s, lo in enumerate(done):
+                hi = upto[k_s][cut_no]
                 if hi <= lo:
                     continue
-                sl = slice(bounds[k_s] + lo, bounds[k_s] + hi)
-                launch = g.g_launch[sl]
-                has = g.g_has_launch[sl]
-                launch_ready = np.where(has, h_end[launch] + latency, NEVER)
-                dep = g.g_dep[sl]
-                dep_end = np.where(dep >= 0, g_end[np.clip(dep, 0, None)], NEVER)
-                ready = np.maximum(launch_ready, dep_end)
-                colls = g.g_coll[sl]
+                sl = slice(lo, hi)
+                ready = h_end[g.g_launch[sl]]
+                ready += launch_ready_offset[sl]
+                ready[~has_launch[sl]] = NEVER
+                if has_deps:
+                    dep = g.g_dep[sl]
+                    ready = np.maximum(ready, np.where(dep >= 0, g_end[np.clip(dep, 0, None)], NEVER))
                 d = dur[sl]
-                q = queue[sl]
-                floor_end = (np.where(colls >= 0, np.maximum(coll_arrival[np.clip(colls, 0, None)], ready) + d, NEVER)
-                             if len(coll_arrival)
-                             else np.full(len(colls), NEVER, dtype=np.int64))
-                end = _scan(np.maximum(ready, floor_end - d), d, q, start_carry[k_s])
-                prev_end = np.concatenate([[start_carry[k_s]], end[:-1]])
-                start = np.maximum(ready, prev_end + q)
-                g_start[sl] = start
+                if floor_active:    # a collective starts its tail once the last rank has arrived
+                    ready = np.maximum(ready, coll_floor[sl])
+                end = _scan(ready, d, queue[sl], carry[k_s])
                 g_end[sl] = end
-                g_coll_wait[sl] = end - (start + d)
-                # who decided the start: the launch, the awaited op on another stream, or the op before
-                by_ready = ready >= prev_end + q
-                dep_bound = (dep >= 0) & (dep_end >= launch_ready)
-                prev_idx = np.concatenate([[start_last[k_s]], np.arange(sl.start, sl.stop - 1)])
-                pred = np.where(by_ready, np.where(dep_bound, dep, np.where(has, launch, -1)), prev_idx)
-                kind = np.where(by_ready & ~dep_bound, P_HOST, P_GPU)
-                g_pred[sl] = pred
-                g_pred_kind[sl] = np.where(pred < 0, P_NONE, kind)
-                done[k_s] = hi
-                carry[k_s] = int(g_end[sl.stop - 1])
-                last_op[k_s] = sl.stop - 1
+                if not has_deps:
+                    done[k_s] = hi
+                    carry[k_s] = int(end[-1])
+                    last_op[k_s] = hi - 1
+            if has_deps:
+                for k_s, lo in enumerate(done):
+                    hi = upto[k_s][cut_no]
+                    if hi > lo:
+                        done[k_s], carry[k_s], last_op[k_s] = hi, int(g_end[hi - 1]), hi - 1
         if b == n:
             break
         # the blocking node
         start_b = cursor + int(g.h_gap[b])
-        issued = np.flatnonzero((g.h_type[:b] == COMM_ISSUE) & (g.h_coll[:b] >= 0)) if g.h_target_kind[b] == T_COLL else ()
-        if len(issued):
-            np.maximum.at(arrival, g.h_coll[issued], h_start[issued])
+        kind = g.h_target_kind[b]
+        if kind == T_COLL:
+            issued = np.flatnonzero((g.h_type[:b] == COMM_ISSUE) & (g.h_coll[:b] >= 0))
+            if len(issued):
+                np.maximum.at(arrival, g.h_coll[issued], h_start[issued])
         target_end, target = _target(g, b, g_end, carry, last_op, stream_pos, coll_arrival, arrival)
         h_start[b] = start_b
         if target_end > start_b:
             h_end[b] = target_end + int(g.h_own[b])
-            h_pred_kind[b] = P_GPU if target >= 0 else P_NONE
-            h_pred[b] = target
-            if g.h_target_kind[b] == T_COLL:
-                # waits for the last rank: the rank's own path goes on from its progress before
-                # (the wait itself is the path's comm_wait)
-                h_pred_kind[b] = P_HOST
-                h_pred[b] = owner
+            if kind != T_COLL and target >= 0:      # (a collective wait: the path goes on on this rank)
+                blocked_pred[b] = (P_GPU, target)
         else:
             h_end[b] = start_b + int(g.h_own[b])
-            h_pred[b] = owner
-        if h_end[b] > cursor:
-            cursor = int(h_end[b])
-            owner = int(b)
+        cursor = max(cursor, int(h_end[b]))
         a = b + 1
+
+    # GPU starts, and who decided each op: its launch, the op it waits for on another stream, the op before
+    same = np.zeros(m, dtype=bool)
+    if m:
+        same[1:] = g.g_stream[1:] == g.g_stream[:-1]
+    prev_end = np.where(same, np.concatenate([[NEVER], g_end[:-1]]), NEVER)
+    launch_ready = np.where(has_launch, h_end[g.g_launch] + launch_ready_offset, NEVER)
+    dep_end = np.where(g.g_dep >= 0, g_end[np.clip(g.g_dep, 0, None)], NEVER) if m else prev_end
+    ready = np.maximum(launch_ready, dep_end)
+    g_start = np.maximum(ready, np.where(same, prev_end + queue, NEVER))
+    g_coll_wait = np.maximum(g_end - (g_start + dur), 0)
+    by_ready = ready >= np.where(same, prev_end + queue, NEVER)
+    dep_bound = (g.g_dep >= 0) & (dep_end >= launch_ready)
+    prev_idx = np.where(same, np.arange(m) - 1, -1)
+    g_pred = np.where(by_ready, np.where(dep_bound, g.g_dep, np.where(has_launch, g.g_launch, -1)), prev_idx)
+    g_pred_kind = np.where(g_pred < 0, P_NONE, np.where(by_ready & ~dep_bound, P_HOST, P_GPU)).astype(np.int8)
+    # host: each node follows the node that last moved the host's progress before it
+    progress = np.maximum.accumulate(h_end) if n else h_end
+    moved = np.concatenate([[True], h_end[1:] > progress[:-1]]) if n else np.zeros(0, dtype=bool)
+    owner = np.maximum.accumulate(np.where(moved, np.arange(n), -1)) if n else moved
+    h_pred = np.concatenate([[-1], owner[:-1]]).astype(np.int64) if n else owner
+    h_pred_kind = np.full(n, P_HOST, dtype=np.int8)
+    for b, (kind_p, target) in blocked_pred.items():
+        h_pred_kind[b], h_pred[b] = kind_p, target
 
     # arrivals at collectives: GPU kernels' starts, CPU ranks' comm_issue nodes
     coll_ops = np.flatnonzero(is_coll_op)
