@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analyzers.whatif.graph import (CALL, COMM_ISSUE, COMM_WAIT, COPY, G_COMM, G_COMPUTE, G_MEMORY, G_WAIT, LAUNCH,
-                                    LOADER, NEVER, STEP, SYNC, RankGraph)
+from analyzers.whatif.graph import (CALL, COMM_ISSUE, COMM_WAIT, COPY, G_COMM, G_COMPUTE, G_MEMORY, G_WAIT, HOST_TYPE_NAMES,
+                                    LAUNCH, LOADER, NEVER, STEP, SYNC, RankGraph)
 from analyzers.whatif.replay import P_GPU, P_HOST, P_NONE, RankReplay
 
 # path categories, in the order the pages show them
@@ -55,58 +55,61 @@ class CriticalPath:
 
 
 def critical_path(g: RankGraph, r: RankReplay) -> CriticalPath:
-    """Walk back from the last step's end marker to the first step's start."""
+    """Walk back from the last step's end marker to the first step's start. Nodes are numbered host
+    first (0..n-1), then GPU ops (n..n+m-1); the walk jumps over runs of nodes that each follow the
+    one numbered just before them (most of a host chain, queued kernels), so it loops once per run,
+    and every element's contribution is worked out afterwards, vectorised."""
+    n, m = g.n_host, len(g.g_stream)
+    total = n + m
+    sentinel = total
+    end = np.concatenate([r.h_end, r.g_end, [NEVER]])
+    start = np.concatenate([r.h_start, r.g_start, [NEVER]])
+    pred = np.concatenate([
+        np.where(r.h_pred_kind == P_HOST, r.h_pred, np.where(r.h_pred_kind == P_GPU, r.h_pred + n, -1)),
+        np.where(r.g_pred_kind == P_HOST, r.g_pred, np.where(r.g_pred_kind == P_GPU, r.g_pred + n, -1)),
+        [-1]]).astype(np.int64)
+    pred = np.where(pred < 0, sentinel, pred)
     stop_time = int(r.h_end[g.step_start_node].min()) if len(g.step_start_node) else NEVER
-    node = int(g.step_end_node[np.argmax(r.h_end[g.step_end_node])]) if len(g.step_end_node) else g.n_host - 1
-    is_gpu = False
-    elems_gpu, elems_idx, own, lead, ends, own_cat, lead_cat = [], [], [], [], [], [], []
-    # plain lists: the walk reads one element at a time, which numpy scalars make ~10x slower
-    h_end, h_start, g_end, g_start = r.h_end.tolist(), r.h_start.tolist(), r.g_end.tolist(), r.g_start.tolist()
-    h_pred_kind, h_pred = r.h_pred_kind.tolist(), r.h_pred.tolist()
-    g_pred_kind, g_pred = r.g_pred_kind.tolist(), r.g_pred.tolist()
-    h_type, g_cat, h_stall = g.h_type.tolist(), g.g_cat.tolist(), g.h_stall.tolist()
-    coll_wait = r.g_coll_wait.tolist()
-    for _ in range(g.n_host + len(g.g_stream) + 1):
-        if is_gpu:
-            end = g_end[node]
-            pk, p = g_pred_kind[node], g_pred[node]
-            pred_end = h_end[p] if pk == P_HOST else g_end[p] if pk == P_GPU else g_start[node]
-            cat = _GPU_OWN[g_cat[node]]
-            wait = coll_wait[node]
-            own_part = end - g_start[node] - wait
-            lead_part = max(0, end - pred_end - own_part)
-            elems_gpu.append(True)
-            own_cat.append(cat)
-            lead_cat.append("collective_wait" if wait > 0 else ("launch_latency" if pk == P_HOST else "gpu_queue"))
-            own.append(own_part)
-            lead.append(lead_part)
-        else:
-            end = h_end[node]
-            pk, p = h_pred_kind[node], h_pred[node]
-            if p < 0 and pk == P_HOST:
-                pk = P_NONE
-            pred_end = h_end[p] if pk == P_HOST else g_end[p] if pk == P_GPU else h_start[node]
-            t = h_type[node]
-            cat = "runtime_stall" if h_stall[node] else _HOST_OWN[t]
-            if pk == P_GPU:     # a blocking node that waited: its own part is what followed the wait
-                own_part = max(0, end - pred_end)
-                lead_part = 0
-            else:
-                own_part = max(0, end - h_start[node])
-                lead_part = max(0, end - pred_end - own_part)
-            elems_gpu.append(False)
-            own_cat.append(cat)
-            lead_cat.append("cpu")
-            own.append(own_part)
-            lead.append(lead_part)
-        elems_idx.append(node)
-        ends.append(end)
-        if pk == P_NONE or p < 0 or pred_end <= stop_time:
+    pred_end = end[pred]
+    stops = (pred == sentinel) | (pred_end <= stop_time)
+    idx = np.arange(total + 1)
+    follows_previous = (pred == idx - 1) & (idx != n) & ~stops
+    run_start = np.maximum.accumulate(np.where(follows_previous, 0, idx))
+    node = int(g.step_end_node[np.argmax(r.h_end[g.step_end_node])]) if len(g.step_end_node) else n - 1
+    pieces = []
+    for _ in range(total + 1):
+        first = int(run_start[node])
+        piece = np.arange(node, first - 1, -1)
+        pieces.append(piece)
+        if stops[first]:
             break
-        is_gpu = pk == P_GPU
-        node = p
-    order = slice(None, None, -1)
-    return CriticalPath(rank=g.rank, is_gpu=np.array(elems_gpu[order], dtype=bool),
-                        index=np.array(elems_idx[order], dtype=np.int64), own_ns=np.array(own[order], dtype=np.int64),
-                        lead_ns=np.array(lead[order], dtype=np.int64), end_ns=np.array(ends[order], dtype=np.int64),
-                        own_category=own_cat[order], lead_category=lead_cat[order])
+        node = int(pred[first])
+    ids = np.concatenate(pieces)[::-1] if pieces else np.zeros(0, dtype=np.int64)
+    is_gpu = ids >= n
+    index = np.where(is_gpu, ids - n, ids)
+    e, st, pe, p = end[ids], start[ids], pred_end[ids], pred[ids]
+    pe = np.where(p == sentinel, st, pe)
+    p_is_gpu = (p >= n) & (p != sentinel)
+    own = np.zeros(len(ids), dtype=np.int64)
+    lead = np.zeros(len(ids), dtype=np.int64)
+    # GPU ops: own = their duration (less any wait for other ranks), lead = latency/queue/wait before
+    gi = np.flatnonzero(is_gpu)
+    wait = r.g_coll_wait[index[gi]]
+    own[gi] = e[gi] - st[gi] - wait
+    lead[gi] = np.maximum(0, e[gi] - pe[gi] - own[gi])
+    # host nodes: own = their duration, or (a blocking node that waited on the GPU) what followed the wait
+    hi = np.flatnonzero(~is_gpu)
+    waited = p_is_gpu[hi]
+    own[hi] = np.where(waited, np.maximum(0, e[hi] - pe[hi]), np.maximum(0, e[hi] - st[hi]))
+    lead[hi] = np.where(waited, 0, np.maximum(0, e[hi] - pe[hi] - own[hi]))
+    host_cat = np.array([_HOST_OWN[t] for t in range(len(HOST_TYPE_NAMES))], dtype=object)
+    gpu_cat = np.array([_GPU_OWN[c] for c in range(len(_GPU_OWN))], dtype=object)
+    own_category = np.empty(len(ids), dtype=object)
+    h_types = g.h_type[index[hi]]
+    own_category[hi] = np.where(g.h_stall[index[hi]], "runtime_stall", host_cat[h_types])
+    own_category[gi] = gpu_cat[g.g_cat[index[gi]]]
+    lead_category = np.full(len(ids), "cpu", dtype=object)
+    lead_category[gi] = np.where(wait > 0, "collective_wait",
+                                 np.where(p_is_gpu[gi], "gpu_queue", "launch_latency"))
+    return CriticalPath(rank=g.rank, is_gpu=is_gpu, index=index, own_ns=own, lead_ns=lead, end_ns=e,
+                        own_category=own_category.tolist(), lead_category=lead_category.tolist())
