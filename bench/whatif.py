@@ -170,6 +170,24 @@ def main() -> int:
         if all_steps:
             print(f"\nEvery step: median |error| {statistics.median(all_steps):.2f}%, worst {max(all_steps):.2f}% "
                   f"({len(all_steps)} steps)\n")
+        critical = SHARED / "critical_path"
+        if (critical / "end_to_end__simple_add__input__trace.json.gz").exists():
+            import duckdb
+
+            from analyzers.sqlrun import ensure_loaded
+            from analyzers.whatif.hta_check import compare, hta_critical, our_critical
+
+            report = analyse(critical / "end_to_end__simple_add__input__trace.json.gz", db)
+            with duckdb.connect(db, read_only=True) as con:
+                ensure_loaded(con)
+                rows = compare(our_critical(con, report["run"]["run_id"]),
+                               hta_critical(critical / "end_to_end__simple_add__output__overlaid_critical_path_trace.json.gz"))
+            print("## Critical path against HTA's (critical_path/end_to_end__simple_add)\n")
+            print("| events | on HTA's path | on ours | on both | recall | precision |")
+            print("| --- | --- | --- | --- | --- | --- |")
+            for kind, row in rows.items():
+                print(f"| {kind} | {row['hta']} | {row['ours']} | {row['both']} | {row['recall']} | {row['precision']} |")
+            print()
         pairs = list(PAIRS)
         if args.demos:
             out = Path(args.demos)
