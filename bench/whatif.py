@@ -28,6 +28,7 @@ SHARED = ROOT.parent / "shared" / "traces"
 SAMPLES = ROOT / "sample_traces"
 
 REPLAY_INPUTS = [
+    *sorted(SAMPLES.glob("gpu_*")),
     *(SAMPLES / name for name in ("synthetic_all", "synthetic_control", "synthetic_allocator_churn",
                                   "synthetic_fp32_matmul", "cpu_dataloader_tuning_before",
                                   "cpu_dataloader_tuning_after", "cpu_balanced_sampler_before",
@@ -44,6 +45,9 @@ REPLAY_INPUTS = [
 PAIRS = [
     ("resnet50 num_workers 0 -> 4 (V100, shared)", SHARED / "resnet50_num_workers_0.json.gz",
      SHARED / "resnet50_num_workers_4.json.gz", "dataloader_stall"),
+    *((f"H100 demo {fix} (bundled)", SAMPLES / f"gpu_{fix}_before", SAMPLES / f"gpu_{fix}_after", kind)
+      for fix, kind in (("cuda_graph", "launch_gap"), ("tf32_matmul", "fp32_matmul"), ("cuda_prefetcher", "h2d_stall"),
+                        ("allocator_tuning", "runtime_stall"), ("dataloader_tuning", "dataloader_stall"))),
     ("CPU demo dataloader_tuning (bundled)", SAMPLES / "cpu_dataloader_tuning_before",
      SAMPLES / "cpu_dataloader_tuning_after", "dataloader_stall"),
     ("CPU demo balanced_sampler, 2 gloo ranks (bundled)", SAMPLES / "cpu_balanced_sampler_before",
