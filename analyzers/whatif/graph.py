@@ -53,6 +53,8 @@ class RankGraph:
     g_dur: np.ndarray           # int64
     g_launch: np.ndarray        # int64, host index of the launch (or of the host node before it: see g_has_launch)
     g_has_launch: np.ndarray    # bool, the launch edge is recorded
+    g_early: np.ndarray         # int64, -1, or for an op that started before its launch call returned
+                                # (a pageable copy runs inside cudaMemcpyAsync) its start after the call's start
     g_cat: np.ndarray           # int8, G_* codes
     g_fp32: np.ndarray          # bool
     g_copy_dir: np.ndarray      # object
@@ -424,6 +426,10 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     stall_starts = set((_col(stalls, "start_ns", np.int64)[stall_sel] - t0).tolist())
     h_stall = (h_type == CALL) & np.isin(hs, np.fromiter(stall_starts, dtype=np.int64, count=len(stall_starts)))
 
+    # an op that started before its call returned is timed from the call's start, not its end
+    launch_idx = np.clip(g_launch, 0, n - 1)
+    g_early = np.where(g_has_launch & (g_cat != G_WAIT) & (g_start < he[launch_idx]),
+                       np.maximum(g_start - hs[launch_idx], 0), -1).astype(np.int64)
     latency, gap = _launch_constants(g_stream, g_start, g_end, g_launch, g_has_launch, he, g_cat, thresholds)
     graph = RankGraph(
         rank=rank, t0=t0, h_type=h_type, h_start=hs, h_dur=h_dur, h_gap=h_gap, h_blocking=h_blocking,
@@ -431,7 +437,7 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
         h_coll=h_coll, h_coll_tail=h_coll_tail,
         h_loader_in_main=(h_type == LOADER) & in_main,
         g_stream=g_stream, g_start=g_start, g_dur=g_end - g_start, g_launch=g_launch,
-        g_has_launch=g_has_launch, g_cat=g_cat, g_fp32=g_fp32, g_copy_dir=g_copy_dir, g_pageable=g_pageable,
+        g_has_launch=g_has_launch, g_early=g_early, g_cat=g_cat, g_fp32=g_fp32, g_copy_dir=g_copy_dir, g_pageable=g_pageable,
         g_dep=g_dep, g_coll=g_coll, g_coll_tail=g_coll_tail, step_numbers=st_num, step_start_node=step_start_node,
         step_end_node=step_end_node, step_measured_ns=st_end - st_start, launch_latency_ns=latency,
         queue_gap_ns=gap, notes=notes)

@@ -150,8 +150,9 @@ def replay_rank(g: RankGraph, coll_arrival: np.ndarray):
                 if hi <= lo:
                     continue
                 sl = slice(lo, hi)
-                ready = h_end[g.g_launch[sl]]
-                ready += launch_ready_offset[sl]
+                launch = g.g_launch[sl]
+                early = g.g_early[sl]
+                ready = np.where(early >= 0, h_start[launch] + early, h_end[launch] + launch_ready_offset[sl])
                 ready[~has_launch[sl]] = NEVER
                 if has_deps:
                     dep = g.g_dep[sl]
@@ -195,7 +196,8 @@ def replay_rank(g: RankGraph, coll_arrival: np.ndarray):
     if m:
         same[1:] = g.g_stream[1:] == g.g_stream[:-1]
     prev_end = np.where(same, np.concatenate([[NEVER], g_end[:-1]]), NEVER)
-    launch_ready = np.where(has_launch, h_end[g.g_launch] + launch_ready_offset, NEVER)
+    launch_ready = np.where(has_launch, np.where(g.g_early >= 0, h_start[g.g_launch] + g.g_early,
+                                                 h_end[g.g_launch] + launch_ready_offset), NEVER)
     dep_end = np.where(g.g_dep >= 0, g_end[np.clip(g.g_dep, 0, None)], NEVER) if m else prev_end
     ready = np.maximum(launch_ready, dep_end)
     g_start = np.maximum(ready, np.where(same, prev_end + queue, NEVER))
