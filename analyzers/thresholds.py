@@ -228,8 +228,10 @@ DATALOADER_FIX_WORKERS = 4
 # A loader that already has workers gets this many times more.
 DATALOADER_WORKER_SCALE = 2.0
 # The main process's own cost per batch with workers (receiving the batch from the worker
-# queue: unpickling, pin-memory thread handoff), ns. Measured on ../shared/traces'
-# resnet50_num_workers_4: the __next__ span with a batch ready takes ~0.3-1 ms.
+# queue: unpickling, pin-memory thread handoff), ns. TraceDoctor's choice, below what loaders with
+# workers show: ../shared/traces' resnet50_num_workers_4 waits 0.1-1.4 ms per __next__ (median 1.4,
+# min 0.1), the CPU dataloader_tuning demo's 2 workers 1.1 ms; half a millisecond keeps a prediction
+# from counting a worker pool's own queueing as handoff.
 DATALOADER_HANDOFF_NS = 500_000
 # Gradient accumulation with DDP no_sync: one all-reduce every this many steps (accel's
 # no_sync_accumulation demo uses 4).
