@@ -38,6 +38,12 @@ def test_replay_reproduces_the_measured_steps(reports):
     assert errors and statistics.median(errors) <= 5.0 and max(errors) <= 10.0
 
 
+def test_each_steps_critical_path_adds_up_to_the_replayed_step(reports):
+    for name, (_, doc) in reports.items():
+        for row in doc["steps"]:
+            assert sum(row["critical_path_ms"].values()) == pytest.approx(row["replayed_ms"], rel=0.02), (name, row)
+
+
 def test_no_prediction_above_the_measured_step(reports):
     for name, (report, _) in reports.items():
         run = report["run"]["whatif"]

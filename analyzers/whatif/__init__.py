@@ -75,6 +75,7 @@ def analyse_whatif(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[M
                      "record (a wait on another thread, process or device) decides those steps; predictions there "
                      "are rougher.")
     paths = {g.rank: critical_path(g, r) for g, r in zip(graph.ranks, base.ranks)}
+    _add_path_per_step(steps, graph, base, paths)
     n_steps = _n_steps(graph)
     path_ms = _path_by_category(paths, n_steps, len(graph.ranks))
 
@@ -141,6 +142,28 @@ def _step_rows(graph: RunGraph, replay: RunReplay) -> tuple[list[dict[str, Any]]
             rows.append({"rank": g.rank, "step": step, "measured_ms": round(measured / 1e6, 3),
                          "replayed_ms": round(replayed / 1e6, 3), "error_pct": round(error, 2)})
     return rows, worst
+
+
+def _add_path_per_step(rows: list[dict[str, Any]], graph: RunGraph, replay: RunReplay, paths) -> None:
+    """Each step row gets its critical path by category (ms): the path's elements that end inside
+    the step's replayed window, and how many GPU ops and host nodes of it lie on the path."""
+    by_key = {(row["rank"], row["step"]): row for row in rows}
+    code = {c: i for i, c in enumerate(CATEGORIES)}
+    for g, r in zip(graph.ranks, replay.ranks):
+        path = paths[g.rank]
+        own_code = np.array([code[c] for c in path.own_category], dtype=np.int64)
+        lead_code = np.array([code[c] for c in path.lead_category], dtype=np.int64)
+        starts, ends = r.h_end[g.step_start_node], r.h_end[g.step_end_node]
+        for step, lo, hi in zip(g.step_numbers.tolist(), starts.tolist(), ends.tolist()):
+            inside = (path.end_ns > lo) & (path.end_ns <= hi)
+            totals = np.zeros(len(CATEGORIES), dtype=np.int64)
+            np.add.at(totals, own_code[inside], path.own_ns[inside])
+            np.add.at(totals, lead_code[inside], path.lead_ns[inside])
+            row = by_key.get((g.rank, step))
+            if row is not None:
+                row["critical_path_ms"] = {c: round(int(v) / 1e6, 3) for c, v in zip(CATEGORIES, totals) if v}
+                row["path_gpu_ops"] = int((inside & path.is_gpu).sum())
+                row["path_host_nodes"] = int((inside & ~path.is_gpu).sum())
 
 
 def _path_by_category(paths, n_steps: int, n_ranks: int) -> dict[str, float]:
