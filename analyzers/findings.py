@@ -84,7 +84,7 @@ def _analysis_version() -> str:
     again when opened; a reworded comment, docstring or fix snippet does not force that."""
     package = Path(__file__).resolve().parent
     sources = sorted([*package.glob("analyses/**/*.py"), *package.glob("analyses/*/*.sql"),
-                      *package.glob("sql/**/*.sql"),
+                      *package.glob("sql/**/*.sql"), *package.glob("whatif/*.py"), *package.glob("whatif/*.sql"),
                       *(package / name for name in ("findings.py", "root_causes.py", "thresholds.py", "metrics.py",
                                                     "sqlrun.py", "contract.py", "integrity.py"))])
     digest = hashlib.blake2b(digest_size=8)
@@ -583,6 +583,9 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: str,
     progress: told each analysis stage (analyzers/progress.py); runner: see analyze_root_causes."""
     findings, notes, costs = analyze_root_causes(con, run_id, thresholds, progress, runner=runner)
     store_findings(con, run_id, findings, notes, costs)
+    from analyzers.whatif import whatif_after_analysis   # (imports this module)
+
+    whatif_after_analysis(con, run_id, findings, costs, thresholds)
     teller(progress)("analysed", "", 1.0, findings=len(findings))
     return findings
 

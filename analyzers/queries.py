@@ -9,7 +9,7 @@ Only the timeline and its export read raw events, since they draw every kind of 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import duckdb
 
@@ -380,6 +380,57 @@ def run_costs(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | N
         return json.loads(row[0])
     except ValueError:
         return None
+
+
+def whatif(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
+    """The run's what-if replay as its last analysis stored it (analyzers/whatif): "run" (measured,
+    replayed, all fixes, greedy order, critical path by category), "findings" (id -> prediction or
+    None), "steps" (replay error per rank and step), "notes"; None when never replayed."""
+    from analyzers.whatif import stored_whatif
+
+    return stored_whatif(con, run_id)
+
+
+def whatif_waterfall(doc: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The step now, then after each fix in the greedy order (fixes applied together, replayed):
+    rows of label (finding id or 'now'/'all fixes'), step_ms, saving_ms (from the step before)."""
+    if not doc or not (doc.get("run") or {}).get("measured_step_ms"):
+        return []
+    run, predictions = doc["run"], doc.get("findings") or {}
+    rows = [{"label": "now", "step_ms": run["measured_step_ms"], "saving_ms": 0.0}]
+    for fid in run.get("order") or []:
+        after = (predictions.get(fid) or {}).get("step_ms_after_order")
+        if after is None:
+            continue
+        rows.append({"label": fid, "step_ms": after, "saving_ms": rows[-1]["step_ms"] - after})
+    return rows
+
+
+def whatif_vs_measured(con: duckdb.DuckDBPyConnection, before: str, after: str) -> list[dict[str, Any]]:
+    """The before run's predictions beside what the after run measured: per finding with a
+    prediction (and all fixes together), the predicted step and saving, the measured step and saving
+    (mean step of each run, the same definition), and the finding's cost (the naive "cost = saving")."""
+    predicted, measured = whatif(con, before) or {}, whatif(con, after) or {}
+    before_ms = (predicted.get("run") or {}).get("measured_step_ms")
+    after_ms = (measured.get("run") or {}).get("measured_step_ms")
+    if not before_ms or not after_ms:
+        return []
+    costs = {f["id"]: f for f in findings(con, before)}
+    rows = []
+    for fid, p in (predicted.get("findings") or {}).items():
+        if not p or fid not in costs:
+            continue
+        rows.append({"finding": fid, "kind": costs[fid]["kind"], "predicted_step_ms": p["step_ms_after"],
+                     "predicted_saving_ms": p["saving_ms"], "measured_step_ms": after_ms,
+                     "measured_saving_ms": round(before_ms - after_ms, 3),
+                     "cost_ms": costs[fid]["cost_ms_per_step"]})
+    all_fixes = predicted["run"].get("all_fixes_step_ms")
+    if rows and all_fixes is not None:
+        rows.append({"finding": "all fixes", "kind": None, "predicted_step_ms": all_fixes,
+                     "predicted_saving_ms": round(before_ms - all_fixes, 3), "measured_step_ms": after_ms,
+                     "measured_saving_ms": round(before_ms - after_ms, 3),
+                     "cost_ms": None})
+    return rows
 
 
 def run_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:

@@ -43,6 +43,7 @@ def _error_dict(err: Any) -> dict[str, str]:
 def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[Any] = ()) -> dict[str, Any]:
     """The CLI JSON contract for a stored run (plus "notes": caveats in plain words)."""
     from analyzers.findings import analysis_notes, stored_rank_table
+    from analyzers.whatif import stored_whatif
 
     ensure_loaded(con)
     run = con.execute("SELECT run_id, name, world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()
@@ -53,6 +54,8 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[A
     rank_rows = con.execute("SELECT rank, file_name FROM ranks WHERE run_id = ? ORDER BY rank", [run_id]).fetchall()
     bounds = time_bounds(con, run_id)
     workload = stored_workload(con, run_id)
+    whatif = stored_whatif(con, run_id) or {}
+    predictions = whatif.get("findings") or {}
     return {
         "run": {"run_id": run[0], "name": run[1], "world_size": run[2],
                 "ranks": [r for r, _ in rank_rows], "files": [f for _, f in rank_rows],
@@ -60,12 +63,16 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[A
                 "start_us": None if bounds is None else bounds[0] / 1000.0,
                 # training | inference | unknown (lib/workload.sql), the serving engine seen, why
                 "workload": workload["workload"], "engine": workload["engine"],
-                "workload_evidence": workload["evidence"]},
+                "workload_evidence": workload["evidence"],
+                # the replayed step, after all fixes, the greedy order (analyzers/whatif); None: not replayed
+                "whatif": whatif.get("run")},
         "errors": error_list,
         "ranks": _with_memory(stored_rank_table(con, run_id) or rank_summary(con, run_id), rank_memory(con, run_id)),
         "memory_snapshots": snapshot_summaries(con, run_id),
-        "findings": [finding_contract(f) for f in findings(con, run_id, raw=True)],
-        "notes": analysis_notes(con, run_id),
+        # each finding's predicted step after its fix alone (None: no model for its kind, or a consequence)
+        "findings": [{**finding_contract(f), "whatif": predictions.get(f["id"])}
+                     for f in findings(con, run_id, raw=True)],
+        "notes": analysis_notes(con, run_id) + list(whatif.get("notes") or []),
     }
 
 
@@ -260,6 +267,35 @@ def _md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return lines
 
 
+def _whatif_rows(report: Mapping[str, Any]) -> list[list[Any]]:
+    """The what-if waterfall as table rows: the step now, after each fix in the greedy order (fixes
+    applied together, replayed), with each one's saving."""
+    whatif = (report.get("run") or {}).get("whatif") or {}
+    if not whatif.get("measured_step_ms") or not whatif.get("order"):
+        return []
+    by_id = {f.get("id"): f for f in report.get("findings") or []}
+    rows = [["now (measured)", whatif["measured_step_ms"], None]]
+    previous = whatif["measured_step_ms"]
+    for fid in whatif["order"]:
+        prediction = (by_id.get(fid) or {}).get("whatif") or {}
+        after = prediction.get("step_ms_after_order")
+        if after is None:
+            continue
+        rows.append([f"+ fix {_title(by_id[fid])}", after, round(previous - after, 3)])
+        previous = after
+    return rows
+
+
+def _whatif_line(f: Mapping[str, Any]) -> str:
+    """What fixing the finding alone gives, in words ('' without a prediction)."""
+    w = f.get("whatif")
+    if not w:
+        return "no prediction (no fix model for this kind, or a consequence)" if "whatif" in f else ""
+    return (f"step {_fmt(w.get('step_ms_after'))} ms after fixing it alone (saves {_fmt(w.get('saving_ms'))} ms; "
+            f"{_fmt(w.get('on_critical_path_ms'))} ms of what it changes is on the critical path). Assumes: "
+            + "; ".join(str(a) for a in w.get("assumptions") or []))
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     """A human-readable Markdown report: top findings, per-rank figures, then each finding."""
     run = report.get("run") or {}
@@ -285,6 +321,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                             for i, f in enumerate(findings[:10])])
     else:
         lines.append("No significant findings: nothing costs more than the reporting threshold of step time.")
+    whatif_rows = _whatif_rows(report)
+    if whatif_rows:
+        lines += ["", "## What the fixes will buy (replayed, fixes applied together, largest saving first)", ""]
+        lines += _md_table(["Step", "ms per step", "Saves (ms)"], whatif_rows)
     lines += ["", "## Per-rank figures", ""]
     ranks = [r for r in report.get("ranks") or [] if "steps" in r]
     if ranks:
@@ -306,6 +346,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                   _md_text(f.get("summary")), "",
                   f"- **Where:** {_md_text(_where(f, origin))} · id {_md_text(f.get('id'))}",
                   f"- **Cost:** {_md_text(_cost_words(f))}" + _md_text(_consequence(f, by_id))]
+        if _whatif_line(f):
+            lines.append(f"- **What-if:** {_md_text(_whatif_line(f), 2000)}")
         if f.get("review"):
             lines.append(f"- **Review:** {_md_text(_mark_label(f['review']['status']))}"
                          + (f" — {_md_note(f['review']['note'])}" if f["review"].get("note") else ""))
@@ -392,6 +434,11 @@ def render_html(report: Mapping[str, Any]) -> str:
         parts.append(_html_table(["#", "Severity", "Kind", "Where", COST_HEADER, COST_PCT_HEADER, "Best fix"], rows))
     else:
         parts.append("<p>No significant findings: nothing costs more than the reporting threshold of step time.</p>")
+    whatif_rows = _whatif_rows(report)
+    if whatif_rows:
+        parts.append("<h2>What the fixes will buy</h2><p>The run's dependency graph replayed with each fix, the "
+                     "largest predicted saving first, fixes applied together (not added up).</p>")
+        parts.append(_html_table(["Step", "ms per step", "Saves (ms)"], whatif_rows))
     parts.append("<h2>Per-rank figures</h2>")
     parts.append(_html_table([t for _, t in RANK_COLUMNS],
                              [[r.get(k) for k, _ in RANK_COLUMNS] for r in report.get("ranks") or [] if "steps" in r]))
@@ -413,7 +460,8 @@ def render_html(report: Mapping[str, Any]) -> str:
             f"<div class=\"finding\"><h3>{i + 1}. {_h(_title(f))} <span class=\"sev-{sev}\">{_h(f.get('severity'))}</span></h3>"
             f"<p>{_h(f.get('summary'))}</p>"
             f"<p><b>Where:</b> {_h(_where(f, origin))} · id <code>{_h(f.get('id'))}</code><br>"
-            f"<b>Cost:</b> {_h(_cost_words(f))}{_h(_consequence(f, by_id))}</p>"
+            f"<b>Cost:</b> {_h(_cost_words(f))}{_h(_consequence(f, by_id))}"
+            + (f"<br><b>What-if:</b> {_h(_whatif_line(f), 2000)}" if _whatif_line(f) else "") + "</p>"
             + (f"<p><b>Review:</b> {_h(_mark_label(f['review']['status']))}"
                + (f" — {note_html(_fmt(f['review']['note']))}" if f["review"].get("note") else "") + "</p>"
                if f.get("review") else "")

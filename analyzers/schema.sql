@@ -198,4 +198,11 @@ CREATE TABLE IF NOT EXISTS memory_timeline (
     action     VARCHAR,              -- preexisting | create | increment_version | destroy
     bytes      BIGINT,               -- negative when memory is released
     category   VARCHAR               -- parameter | optimizer_state | input | temporary | activation | gradient | autograd_detail | unknown
+
+-- The what-if replay of a run's last analysis (analyzers/whatif): run-level figures (measured,
+-- replayed, all fixes, greedy order, critical path by category), each finding's prediction, the
+-- replay's per-step error and notes, as one JSON document (rewritten with the findings).
+CREATE TABLE IF NOT EXISTS whatif (
+    run_id  VARCHAR PRIMARY KEY,
+    result  JSON
 );

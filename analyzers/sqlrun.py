@@ -31,7 +31,7 @@ from typing import Callable, Mapping
 import duckdb
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-SQL_GLOBS = ("sql/lib/*.sql", "sql/metrics/*.sql", "analyses/*/*.sql")
+SQL_GLOBS = ("sql/lib/*.sql", "sql/metrics/*.sql", "analyses/*/*.sql", "whatif/*.sql")
 _REQUIRES = re.compile(r"^--\s*requires:(.*)$")
 
 _loaded: "weakref.WeakSet[duckdb.DuckDBPyConnection]" = weakref.WeakSet()

@@ -234,6 +234,48 @@ LOADER_SPIKY_WAIT_CV = 0.5
 
 
 
+# --- what-if replay and fix models (analyzers/whatif, analyses/<kind>/whatif.py) ----------------
+# Launch latency (launch call's end -> kernel start on a free stream) and queue gap (one kernel's
+# end -> the next queued kernel's start) are measured per rank from its own kernels; these are
+# the fallbacks for a rank with fewer than 5 such kernels, ns. ~5 us and ~1-2 us are what Kineto
+# shows on V100-H100 traces (HTA's launch stats on ../shared/traces: median delay 4-8 us).
+WHATIF_DEFAULT_LAUNCH_LATENCY_NS = 5_000
+WHATIF_DEFAULT_QUEUE_GAP_NS = 1_500
+# A replayed step further than this from its measured time is reported in the error table and
+# a note (the issue's target: median <= 5%, worst <= 10%).
+WHATIF_REPLAY_MAX_ERROR_PCT = 10.0
+# CUDA graphs: a captured kernel costs the host this much at replay (cudaGraphLaunch of N nodes
+# costs ~N x 0.5 us on the CPU: NVIDIA, "Getting Started with CUDA Graphs", and PyTorch's
+# torch.cuda.graphs docs: "replay ... launches the whole graph with a single CPU call").
+CUDA_GRAPH_HOST_NS_PER_KERNEL = 500
+# ... and the GPU starts each graph node this long after the one before (graph launch keeps the
+# device fed: ~1 us between dependent nodes, ibid.), ns.
+CUDA_GRAPH_NODE_GAP_NS = 1_000
+# A sync removed (the value read later, or a prefetcher's non-blocking copy): the call's host cost
+# left, ns (a cudaEventRecord / cudaMemcpyAsync call takes 2-10 us; Kineto traces).
+ASYNC_CALL_NS = 5_000
+# Pinned host memory moves host-to-device copies this many times faster than pageable memory
+# (NVIDIA, "How to Optimize Data Transfers in CUDA C/C++": 5.4 vs 12.7 GB/s, ~2.3x; bandwidthTest).
+PINNED_OVER_PAGEABLE_SPEEDUP = 2.0
+# DataLoader workers the fix sets when the trace's loader runs in the main process (0 workers):
+# accel.data's dataloader_tuning demo and PyTorch's performance tuning guide suggest num_workers
+# >= 2-4; the model assumes 4 and that the workers do not slow the training loop.
+DATALOADER_FIX_WORKERS = 4
+# A loader that already has workers gets this many times more.
+DATALOADER_WORKER_SCALE = 2.0
+# The main process's own cost per batch with workers (receiving the batch from the worker
+# queue: unpickling, pin-memory thread handoff), ns. TraceDoctor's choice, below what loaders with
+# workers show: ../shared/traces' resnet50_num_workers_4 waits 0.1-1.4 ms per __next__ (median 1.4,
+# min 0.1), the CPU dataloader_tuning demo's 2 workers 1.1 ms; half a millisecond keeps a prediction
+# from counting a worker pool's own queueing as handoff.
+DATALOADER_HANDOFF_NS = 500_000
+# Gradient accumulation with DDP no_sync: one all-reduce every this many steps (accel's
+# no_sync_accumulation demo uses 4).
+NO_SYNC_ACCUMULATION_STEPS = 4
+# Gradient compression (fp16/bf16 hooks) halves the bytes each collective moves.
+COMM_COMPRESSION_BYTES_FACTOR = 0.5
+
+
 # --- trace integrity (analyzers/integrity.py, sql/lib/integrity.sql) --------------------------------
 # A matched collective that starts on one rank this long after it ended on another shows the
 # ranks' clocks disagree, ns: one clock can never show that, and Kineto's GPU-to-host time

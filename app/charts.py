@@ -274,3 +274,44 @@ def metric_bars(key: str, series: dict[str, float]) -> go.Figure:
     fig.update_layout(title=esc(key.replace("_", " ")), yaxis_title=unit, height=260, **LAYOUT)
     fig.update_xaxes(type="category")
     return fig
+
+
+def whatif_waterfall(rows: list[dict], titles: dict[str, str]) -> go.Figure:
+    """The step now, each fix's saving in the greedy order (fixes applied together), the step after all."""
+    labels = [wrap(esc(titles.get(r["label"], r["label"]))) for r in rows[1:]]
+    measures = ["absolute"] + ["relative"] * len(labels) + ["total"]
+    x = ["step now"] + labels + ["after all fixes"]
+    y = [rows[0]["step_ms"]] + [-r["saving_ms"] for r in rows[1:]] + [0]
+    text = [f"{rows[0]['step_ms']:.1f}"] + [f"-{r['saving_ms']:.1f}" for r in rows[1:]] + [f"{rows[-1]['step_ms']:.1f}"]
+    fig = go.Figure(go.Waterfall(x=x, y=y, measure=measures, text=text, textposition="outside",
+                                 decreasing=dict(marker_color="#2e7d32"), totals=dict(marker_color="#1565c0"),
+                                 increasing=dict(marker_color="#c62828"), cliponaxis=False,
+                                 hovertemplate="%{x}: %{y:.2f} ms<extra></extra>"))
+    fig.update_layout(title="Predicted step time, fixing in this order (ms, replayed)", showlegend=False,
+                      height=360, **LAYOUT)
+    return fig
+
+
+PATH_COLORS = {
+    "cpu": "#78909c", "launch": "#8d6e63", "runtime_stall": "#6d4c41", "sync": "#c62828", "copy": "#1565c0",
+    "loader": "#f9a825", "comm_wait": "#ef6c00", "launch_latency": "#bcaaa4", "gpu_queue": "#cfd8dc",
+    "gpu_compute": "#2e7d32", "gpu_comm": "#ff9800", "gpu_memory": "#42a5f5", "collective_wait": "#e65100",
+}
+PATH_LABELS = {
+    "cpu": "CPU work", "launch": "runtime calls", "runtime_stall": "slow runtime calls", "sync": "sync overhead",
+    "copy": "blocking copies", "loader": "DataLoader wait", "comm_wait": "waiting in collectives (CPU)",
+    "launch_latency": "launch latency", "gpu_queue": "GPU queue gaps", "gpu_compute": "GPU compute",
+    "gpu_comm": "GPU communication", "gpu_memory": "GPU copies", "collective_wait": "waiting for other ranks",
+}
+
+
+def critical_path_bar(path_ms: dict[str, float]) -> go.Figure:
+    """What the step's critical path is made of (ms per step), one stacked bar."""
+    fig = go.Figure()
+    for key, value in path_ms.items():
+        fig.add_bar(y=["critical path"], x=[value], name=PATH_LABELS.get(key, esc(key)), orientation="h",
+                    marker_color=PATH_COLORS.get(key, "#9e9e9e"),
+                    hovertemplate=PATH_LABELS.get(key, esc(key)) + ": %{x:.2f} ms/step<extra></extra>")
+    fig.update_layout(barmode="stack", title="The step's critical path (ms per step, replayed)", height=220,
+                      **LAYOUT)
+    return fig

@@ -532,6 +532,10 @@ def run_costs(run_id: str) -> dict[str, Any] | None:
     return queries.run_costs(cur(), run_id)
 
 
+def whatif(run_id: str) -> dict[str, Any] | None:
+    return queries.whatif(cur(), run_id)
+
+
 def run_notes(run_id: str) -> list[str]:
     return queries.run_notes(cur(), run_id)
 

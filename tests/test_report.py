@@ -19,12 +19,14 @@ from test_launch_gap import synthetic_events
 
 EVIL = '<script>alert("x")</script>|**bold**'
 RUN_KEYS = {"run_id", "name", "world_size", "ranks", "files", "start_us",   # start_us: additive, for "ms into the trace"
-            "workload", "engine", "workload_evidence"}                    # additive: what the run does
+            "workload", "engine", "workload_evidence",                    # additive: what the run does
+            "whatif"}                                                      # additive: the replayed what-if
 RANK_KEYS = {"rank", "steps", "step_time_ms", "idle_pct", "compute_pct", "non_compute_pct", "comm_time_ms",
              "comm_overlap_pct", "h2d_time_ms", "memory"}   # memory: additive, None without [memory] events
 FINDING_KEYS = {"id", "kind", "severity", "rank", "step", "stream", "start_us", "end_us", "cost_ms_per_step",
                 "cost_pct", "summary", "metrics", "fixes", "fixes_ruled_out", "fixes_unknown", "review", "ranks", "caused_by",
-                "cost_bytes", "cost_pct_of_device_memory"}   # additive: memory findings' cost
+                "cost_bytes", "cost_pct_of_device_memory",   # additive: memory findings' cost
+                "whatif"}                                    # additive: the step after this fix alone
 
 
 @pytest.fixture()
@@ -65,7 +67,9 @@ def test_report_follows_the_contract(report):
     assert rep["ranks"][0]["steps"] == 2 and rep["ranks"][0]["step_time_ms"] == pytest.approx(10.0)
     assert all(set(f) == FINDING_KEYS for f in rep["findings"])
     assert [f["id"] for f in rep["findings"]] == [f.finding_id for f in findings]
-    assert rep["findings"][0] == computed_finding_contract(findings[0])
+    # the stored report adds the what-if replay's prediction, which a just-computed finding lacks
+    assert {k: v for k, v in rep["findings"][0].items() if k != "whatif"} == computed_finding_contract(findings[0])
+    assert rep["findings"][0]["whatif"] is None or rep["findings"][0]["whatif"]["saving_ms"] >= 0
     assert rep["findings"][0]["cost_ms_per_step"] == pytest.approx(1.505)
     json.dumps(rep)   # plain JSON all the way down
 

@@ -1,6 +1,7 @@
 """Compare two runs (before / after a fix): per-finding-kind cost deltas and the step-time delta."""
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from analyzers import queries
@@ -143,6 +144,21 @@ ui.table(kinds.assign(kind=[ui.kind_title(k) for k in kinds["kind"]]),
 })
 st.caption("Cost per kind = the time that kind's root cause loses per step (one finding per cause, its worst rank; "
            "a consequence such as a straggler's wait explained by its own stall is not added); % = its share of the step.")
+
+predictions = queries.whatif_vs_measured(state.cur(), before, after)
+if predictions:
+    st.subheader("Predicted (the before run's replay) vs measured (the after run)")
+    st.caption("What the before run's what-if replay predicted for each fix, beside the step the after run "
+               "measured; the finding's cost is the naive prediction (cost = saving). The after run measures "
+               "whichever fixes it applied: read the row of the fix you made.")
+    ui.table(pd.DataFrame([{**r, "finding": "all fixes together" if r["kind"] is None else ui.kind_title(r["kind"])}
+                           for r in predictions]).drop(columns=["kind"]), column_config={
+        "finding": st.column_config.TextColumn("Fix of", width="large"),
+        "predicted_step_ms": st.column_config.NumberColumn("Predicted step", format=MS),
+        "predicted_saving_ms": st.column_config.NumberColumn("Predicted saving", format=MS),
+        "measured_step_ms": st.column_config.NumberColumn("Measured step (after)", format=MS),
+        "measured_saving_ms": st.column_config.NumberColumn("Measured saving", format=MS),
+        "cost_ms": st.column_config.NumberColumn("Cost (naive saving)", format=MS)})
 
 # --- per kernel / op diff (analyzers.queries.operator_diff; HTA's TraceDiff per name) ---
 st.subheader("Top changed kernels and ops")

@@ -112,7 +112,9 @@ def mark_form(finding: dict) -> None:
 
 
 OPEN_CARDS = 3  # the costliest findings open; the rest folded, so the page stays scannable
-by_id = {f["id"]: f for f in state.findings(run_id)}   # every finding, for naming a consequence's cause
+by_id = {f["id"]: f for f in state.findings(run_id)}
+whatif_doc = state.whatif(run_id)
+predictions = (whatif_doc or {}).get("findings") or {}   # every finding, for naming a consequence's cause
 
 for position, finding in enumerate(found, start=1):
     cost_text, share_text = ui.cost_words(finding)
@@ -135,6 +137,23 @@ for position, finding in enumerate(found, start=1):
                         delta_color="off", delta_arrow="off")
         if finding["mark_status"]:
             cost.caption(f"Review: **{ui.MARK_LABELS[finding['mark_status']]}**")
+        prediction = predictions.get(finding["id"])
+        if prediction and prediction["saving_ms"] < 0.005:
+            cost.caption(f"Fixing it alone saves nothing in the replay: the step waits on other work "
+                         f"({prediction['on_critical_path_ms']:,.2f} ms per step of what it changes is on the "
+                         "critical path). It can still matter after the fixes before it (Overview).")
+        elif prediction:
+            cost.metric("Step after fixing it alone", f"{prediction['step_ms_after']:,.2f} ms",
+                        f"-{prediction['saving_ms']:,.2f} ms", delta_color="inverse",
+                        help=f"replayed with this fix: {prediction['fix']}; "
+                             f"{prediction['on_critical_path_ms']:,.2f} ms per step of what it changes lies on "
+                             "the critical path")
+            with cost.popover("Assumptions"):
+                for assumption in prediction["assumptions"]:
+                    st.markdown("- " + ui.md(assumption))
+        elif whatif_doc:
+            cost.caption("What fixing it saves: no prediction (no fix model for this kind"
+                         + (", or a consequence)" if finding.get("caused_by") else ")"))
         # evidence, then the fix below it at the card's full width: its code needs every column
         evidence_col, fix_col = st.container(), st.container()
         with evidence_col:

@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from analyzers.findings import ENGINE_NAMES
+from analyzers import queries
 from app import charts, state, ui
 
 st.title("Overview")
@@ -100,6 +101,23 @@ with right:
                     "idle the tile and the chart show, which count the whole GPU span and the GPU-clock steps).")
     if found:
         st.page_link("views/findings.py", label="All findings and their fixes", icon=":material/stethoscope:")
+
+whatif = state.whatif(run_id)
+waterfall = queries.whatif_waterfall(whatif)
+if waterfall and len(waterfall) > 1:
+    st.subheader("What the fixes will buy")
+    run_whatif = whatif["run"]
+    st.caption(f"The run's dependency graph replayed: {run_whatif['replayed_step_ms']:,.2f} ms per step against "
+               f"{run_whatif['measured_step_ms']:,.2f} ms measured ({run_whatif['replay_error_pct']:+.1f} %). Each "
+               "fix is a change of the graph (its assumptions on the Findings page), the largest predicted saving "
+               "first; all fixes are replayed together, not added up.")
+    fall, path = st.columns([3, 2])
+    titles = {f["id"]: ui.kind_title(f["kind"]) for f in found}
+    fall.plotly_chart(charts.whatif_waterfall(waterfall, titles), width="stretch")
+    if run_whatif.get("critical_path_ms"):
+        path.plotly_chart(charts.critical_path_bar(run_whatif["critical_path_ms"]), width="stretch")
+        path.caption("Per step, what the critical path (the chain of work that decides when the step ends) "
+                     "is made of: shortening anything else does not shorten the step.")
 
 st.subheader("Per rank (HTA definitions)")
 st.caption("Percentages of each rank's GPU span (its first to last GPU activity), as Holistic Trace Analysis "

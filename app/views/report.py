@@ -6,6 +6,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from analyzers import queries
 from analyzers import runs as run_store
 from app import charts, fixinfo, review, state, ui
 
@@ -32,6 +33,7 @@ st.markdown(f"Review of **{ui.md(run.get('name', run_id))}**: {ui.count(n_findin
 # outside this thread, so it must not touch the session's cursor.
 per_rank = state.rank_breakdown(state.db_path(), run_id)
 steps = state.step_breakdown(state.db_path(), run_id)
+waterfall = queries.whatif_waterfall(state.whatif(run_id))
 
 
 def html_with_charts() -> str:
@@ -42,6 +44,9 @@ def html_with_charts() -> str:
         figures.append(charts.breakdown_bars(per_rank, "Where a step's time goes, per rank (mean ms per step)"))
     if len(steps):
         figures.append(charts.heatmap(steps, "step_ms", "Step time per rank and step (ms)"))
+    if len(waterfall) > 1:
+        figures.append(charts.whatif_waterfall(waterfall, {f["id"]: ui.kind_title(f["kind"])
+                                                          for f in report.get("findings", [])}))
     blocks = [fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
               for i, fig in enumerate(figures)]
     charts_html = '<section class="charts"><h2>Charts</h2>' + "".join(blocks) + "</section>" if blocks else ""
@@ -64,10 +69,14 @@ if report.get("findings"):
     ui.table(pd.DataFrame([{"#": i, "finding": ui.kind_title(f["kind"]), "severity": f["severity"],
                             "rank": f["rank"], "step": f["step"], "ms/step": f["cost_ms_per_step"],
                             "% of step": f["cost_pct"], "memory": ui.human_bytes(f.get("cost_bytes")),
+                            "step after fix": (f.get("whatif") or {}).get("step_ms_after"),
                             "fixes": ", ".join(fixinfo.fix_details(fix_id)["title"] for fix_id in f["fixes"])}
                            for i, f in enumerate(report["findings"], start=1)]),
              column_config={"ms/step": st.column_config.NumberColumn(format="%.3f"),
                             "% of step": st.column_config.NumberColumn(format="%.1f"),
+                            "step after fix": st.column_config.NumberColumn(
+                                "step after fixing it alone", format="%.2f ms",
+                                help="replayed (what-if): the measured step minus the saving; empty: no prediction"),
                             "fixes": st.column_config.TextColumn("fixes (best fit first)", width="large")})
 else:
     st.success("No findings.")

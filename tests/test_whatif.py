@@ -1,0 +1,130 @@
+"""What-if replay (analyzers/whatif): the replay reproduces measured steps, predictions never exceed
+the measured step, and each modelled kind's fix model changes the step it should."""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from analyzers.api import analyze_paths
+from analyzers.whatif import fix_model, stored_whatif
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+MODELLED = ("dataloader_stall", "host_sync", "h2d_stall", "launch_gap", "fp32_matmul", "comm_exposed",
+            "rank_imbalance", "runtime_stall")
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    db = str(tmp_path_factory.mktemp("whatif") / "store.duckdb")
+    out = {}
+    for name in ("cpu_dataloader_tuning_before", "cpu_balanced_sampler_before", "synthetic_fp32_matmul",
+                 "synthetic_allocator_churn"):
+        report = analyze_paths([str(SAMPLES / name)], db_path=db)
+        with duckdb.connect(db, read_only=True) as con:
+            out[name] = (report, stored_whatif(con, report["run"]["run_id"]))
+    return out
+
+
+def test_every_kind_declares_a_fix_model():
+    for kind in MODELLED:
+        assert fix_model(kind) is not None, kind
+
+
+def test_replay_reproduces_the_measured_steps(reports):
+    errors = [abs(s["error_pct"]) for _, doc in reports.values() for s in doc["steps"]]
+    assert errors and statistics.median(errors) <= 5.0 and max(errors) <= 10.0
+
+
+def test_each_steps_critical_path_adds_up_to_the_replayed_step(reports):
+    for name, (_, doc) in reports.items():
+        for row in doc["steps"]:
+            assert sum(row["critical_path_ms"].values()) == pytest.approx(row["replayed_ms"], rel=0.02), (name, row)
+
+
+def test_no_prediction_above_the_measured_step(reports):
+    for name, (report, _) in reports.items():
+        run = report["run"]["whatif"]
+        assert run["all_fixes_step_ms"] <= run["measured_step_ms"] + 1e-6, name
+        for f in report["findings"]:
+            if f["whatif"] is not None:
+                assert 0 <= f["whatif"]["saving_ms"] <= run["measured_step_ms"], (name, f["id"])
+                assert f["whatif"]["step_ms_after"] <= run["measured_step_ms"] + 1e-6, (name, f["id"])
+        assert set(run["order"]) == {f["id"] for f in report["findings"] if f["whatif"] is not None}
+
+
+def _prediction(reports, run, kind):
+    report, _ = reports[run]
+    finding = next(f for f in report["findings"] if f["kind"] == kind)
+    return report["run"]["whatif"], finding
+
+
+def test_dataloader_model_saves_most_of_the_wait(reports):
+    run, finding = _prediction(reports, "cpu_dataloader_tuning_before", "dataloader_stall")
+    w = finding["whatif"]
+    # the wait is on the critical path of a CPU loop: the fix saves most of it, never more than the step
+    assert w["on_critical_path_ms"] == pytest.approx(finding["cost_ms_per_step"], rel=0.05)
+    assert 0.5 * finding["cost_ms_per_step"] < w["saving_ms"] <= finding["cost_ms_per_step"]
+    assert any("DATALOADER_FIX_WORKERS" in a for a in w["assumptions"])
+
+
+def test_fp32_model_shortens_the_gpu_step(reports):
+    _, finding = _prediction(reports, "synthetic_fp32_matmul", "fp32_matmul")
+    assert finding["whatif"] is not None and finding["whatif"]["saving_ms"] >= 0
+
+
+def test_runtime_stall_model(reports):
+    _, finding = _prediction(reports, "synthetic_allocator_churn", "runtime_stall")
+    assert finding["whatif"] is not None and finding["whatif"]["saving_ms"] > 0
+
+
+def test_straggler_model_predicts_a_saving(reports):
+    _, finding = _prediction(reports, "cpu_balanced_sampler_before", "rank_imbalance")
+    assert finding["whatif"] is not None and finding["whatif"]["saving_ms"] > 0
+
+
+def test_overview_and_findings_show_the_what_if(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    db = tmp_path / "store.duckdb"
+    report = analyze_paths([str(SAMPLES / "cpu_dataloader_tuning_before")], db_path=str(db))
+    monkeypatch.setenv("TRACEDOCTOR_DB", str(db))
+    monkeypatch.setenv("TRACEDOCTOR_SAMPLES", "none")
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "Home.py"), default_timeout=120)
+    at.session_state["run_id"] = report["run"]["run_id"]
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.switch_page("views/overview.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "What the fixes will buy" in [s.value for s in at.subheader]
+    at.switch_page("views/findings.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    after = {m.label: m.value for m in at.metric}["Step after fixing it alone"]
+    predicted = report["findings"][0]["whatif"]["step_ms_after"]
+    assert after == f"{predicted:,.2f} ms"
+
+
+CRITICAL_PATH = Path(__file__).resolve().parents[2] / "shared" / "traces" / "critical_path"
+
+
+@pytest.mark.skipif(not (CRITICAL_PATH / "end_to_end__simple_add__input__trace.json.gz").exists(),
+                    reason="../shared/traces/critical_path is absent")
+def test_critical_path_agrees_with_htas_on_its_test_trace(tmp_path):
+    """HTA's critical-path test data: its overlaid output marks its path. The runtime calls (launches,
+    copies, syncs) and copies on HTA's path are on ours; the 5 kernels it puts on the path at the
+    trace's end are not (a known difference: see bench/README.md)."""
+    from analyzers.whatif.hta_check import compare, hta_critical, our_critical
+
+    db = str(tmp_path / "store.duckdb")
+    report = analyze_paths([str(CRITICAL_PATH / "end_to_end__simple_add__input__trace.json.gz")], db_path=db)
+    with duckdb.connect(db, read_only=True) as con:
+        from analyzers.sqlrun import ensure_loaded
+        ensure_loaded(con)
+        rows = compare(our_critical(con, report["run"]["run_id"]),
+                       hta_critical(CRITICAL_PATH / "end_to_end__simple_add__output__overlaid_critical_path_trace.json.gz"))
+    assert rows["runtime"]["recall"] >= 0.95 and rows["runtime"]["precision"] >= 0.9
+    assert rows["memcpy"]["recall"] == 1.0
