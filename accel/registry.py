@@ -58,7 +58,8 @@ READ_METRICS: dict[str, str] = {
     "tf32_capable": "whether the GPU has TF32 tensor cores (Ampere or newer; None: GPU not identified)",
     "tf32_in_use": "whether TF32 tensor-core kernels already run on that rank",
     "imbalance_source": "why the straggler is late: \"input\" (its inputs are shaped differently), "
-                        "\"compute\" (same shapes, more work) or \"stall\" (no more work: a stall of its own)",
+                        "\"compute\" (same shapes, more work), \"stall\" (no more work: a stall of its own) or "
+                        "\"periodic\" (extra work on one rank every k steps)",
     "shapes_compared": "whether the ranks' input shapes were compared (False for pipeline stages)",
     "shape_differs": "whether the straggler's input shapes differ from the other ranks'",
     "mean_msg_bytes": "mean collective message size, bytes (None: the trace has no message sizes)",
@@ -429,12 +430,18 @@ def _copies_exposed(m: Metrics, t: Thresholds) -> str | None:
     return None
 
 
-IMBALANCE_SOURCES = ("input", "compute", "stall")   # rank_imbalance's imbalance_source values
+IMBALANCE_SOURCES = ("input", "compute", "stall", "periodic")   # rank_imbalance's imbalance_source values
 
 
 def _imbalance_from_data(m: Metrics, t: Thresholds) -> str | None:
     source = choice(m, "imbalance_source", IMBALANCE_SOURCES)
     compared, differs = boolean(m, "shapes_compared"), boolean(m, "shape_differs")
+    if source == "periodic":
+        return ("the lateness repeats every few steps on one rank (periodic extra work there: an evaluation, "
+                "a checkpoint, logging), not in the data: spread that work over the ranks or make it "
+                "asynchronous (torch.distributed.checkpoint.async_save)")
+    if differs is True:
+        return None
     if source == "stall":
         return ("the straggler is late without doing more work: a stall of its own (a slow fetch, a host "
                 "sync, a throttled or shared device), which balancing the samples cannot even out")
