@@ -24,6 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from accel.demos.dist_common import RankWorkload, run_ranks  # noqa: E402
+from analysis_support import assert_report_costs_within_the_step  # noqa: E402
 from analyzers.api import analyze_paths  # noqa: E402
 
 WIDTH, LAYERS, BATCH = 256, 3, 16
@@ -77,6 +78,7 @@ def _busy_loop() -> None:
 def _rank_imbalance(trace_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     report = analyze_paths([str(trace_dir)])
     assert report["run"], report.get("errors")
+    assert_report_costs_within_the_step(report)
     return [f for f in report["findings"] if f["kind"] == "rank_imbalance"], report
 
 
@@ -89,21 +91,23 @@ def test_identical_work_on_a_loaded_machine_is_no_imbalance(tmp_path, world_size
     finally:
         busy.terminate()
         busy.join()
-    worst = []
+    worst, summaries = [], []
     for run in CONTROL_RUNS:
         found, report = _rank_imbalance(results[run].trace_dir)
         worst.append(max((f["cost_pct"] for f in found), default=0.0))
+        summaries += [f["summary"] for f in found]
         print(run, [(f["cost_pct"], f["summary"][:160]) for f in found],
               [n for n in report.get("notes", []) if "jitter" in n])
-    assert all(pct <= CONTROL_MAX_PCT for pct in worst), worst
+    assert all(pct <= CONTROL_MAX_PCT for pct in worst), (worst, summaries)
 
 
 @pytest.fixture(scope="module")
 def periodic_job(tmp_path_factory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("periodic")
-    steps = 16
-    results = run_ranks(__name__, ["control", "periodic"], 2, out, steps,
-                        {"interleave_variants": True, "warmup": 2, "profile_steps": 8, "nice": -10})
+    # 8 evaluations in the profiled steps and 16 in the timed ones: one evaluation's time swings
+    # with the machine's load, their mean does not
+    results = run_ranks(__name__, ["control", "periodic"], 2, out, 32,
+                        {"interleave_variants": True, "warmup": 2, "profile_steps": 16, "nice": -10})
     measured = {}
     for variant, result in results.items():
         per_rank = [json.loads((out / "timings" / f"{variant}-rank-{r}.json").read_text())["step_ms"] for r in range(2)]
@@ -129,4 +133,4 @@ def test_eval_and_checkpoint_every_second_step_is_periodic_extra_work(periodic_j
 
 def test_the_periodic_jobs_control_is_quiet(periodic_job):
     found, _ = _rank_imbalance(periodic_job["control"]["trace_dir"])
-    assert [f["cost_pct"] for f in found if f["cost_pct"] > CONTROL_MAX_PCT] == []
+    assert [f["cost_pct"] for f in found if f["cost_pct"] > CONTROL_MAX_PCT] == [], [f["summary"] for f in found]

@@ -117,7 +117,7 @@ def _note_noise(s: dict[str, Any], ctx: Any) -> None:
     if notes is None or s["jitter_ns"] is None:
         return
     notes.append(f"The ranks reach their collectives apart by no more than their own step-to-step jitter "
-                 f"({s['jitter_ns'] / 1e6:.2f} ms, robust sigma of the steadiest rank's work per step; the last rank was "
+                 f"({s['jitter_ns'] / 1e6:.2f} ms, the ranks' robust sigma of their own work per step; the last rank was "
                  f"late beyond it in {s['significant_steps'] or 0} of {s['steps_compared']} steps): no rank "
                  "imbalance above the noise.")
 

@@ -9,15 +9,16 @@
 -- spike itself cannot inflate) and by MIN_FINDING_PCT of the step is a step outlier: a one-off
 -- spike, listed apart and left out of the cost.
 -- The noise floor: ranks doing identical work still arrive apart by the jitter of their own work
--- per step (a loaded host, the OS, the allocator). jitter_ns is the steadiest rank's robust standard
--- deviation of its work per step (step time minus waiting); a step's late rank is late beyond the
--- noise when its lateness exceeds STRAGGLER_MIN_LATENESS_SIGMAS of it and
+-- per step (a loaded host, the OS, the allocator); lateness counts only beyond it, and beyond
 -- RANK_LATENESS_MIN_STEP_FRACTION of the step. Over the ordinary steps, the pattern is:
---   persistent  one rank last, beyond the noise, in more than STRAGGLER_MIN_STEP_SHARE of them;
---   periodic    one rank late beyond the noise in at least PERIODIC_MIN_PHASE_SHARE of the steps (3 or
---               more) of one phase of a period k (every k-th step: an eval, a checkpoint) and no more than
---               the rest of that share in the other steps (the shortest such period);
---   moving      beyond the noise in most steps, on changing ranks (each step's work differs);
+--   persistent  one rank last in more than STRAGGLER_MIN_STEP_SHARE of them, its median lateness
+--               beyond STRAGGLER_MIN_LATENESS_SIGMAS robust standard deviations of its own lateness;
+--   periodic    one rank late, beyond STRAGGLER_MIN_LATENESS_SIGMAS robust standard deviations of
+--               its lateness in the other steps and of the steadiest rank's work, in at least PERIODIC_MIN_PHASE_SHARE of the steps
+--               (3 or more) of one phase of a period k (every k-th step: an eval, a checkpoint);
+--   moving      in most steps the last rank is late beyond STRAGGLER_MIN_LATENESS_SIGMAS of
+--               jitter_ns (the ranks' median robust standard deviation of their work per step,
+--               step time minus waiting), on changing ranks: each step's work differs;
 --   noise       none of these: within the run's jitter, no finding.
 -- The cost counts only the steps the pattern explains (all ordinary steps for a persistent
 -- straggler, the periodic steps, the steps beyond the noise when it moves; none for noise), per
@@ -31,8 +32,7 @@
 --                          the noise, ordinary steps compared
 --   lateness_ns, lateness_sigma_ns   its median lateness over the ordinary steps, and that
 --                          lateness' robust standard deviation
---   jitter_ns              the noise floor's sigma: the steadiest rank's robust standard deviation
---                          of its own work per step
+--   jitter_ns              the ranks' median robust standard deviation of their own work per step
 --   imbalance_pct          (max - mean) / mean of work per step across ranks, in %
 --   straggler_work_ns, mean_work_ns   per step
 --   cost_ns                time each other rank loses per step in the steps the pattern explains: CPU (gloo)
@@ -82,61 +82,66 @@ WITH rb AS MATERIALIZED (
     JOIN classified c ON c.step = a.step AND NOT c.outlier
     JOIN steps(run) st ON st.rank = a.rank AND st.step = a.step
 ), noise AS (
-    -- the noise floor: the steadiest rank's robust standard deviation of its own work per step
-    -- (ranks doing the same work jitter alike; a straggler's or a periodic rank's extra work would
-    -- pass for jitter on that rank, never on all of them)
-    SELECT coalesce(min(sigma_ns), 0) AS jitter_ns
+    -- the noise floor: the ranks' typical robust standard deviation of their own work per step
+    -- (and the steadiest rank's: a rank's own periodic extra work would pass for its jitter)
+    SELECT coalesce(median(sigma_ns), 0) AS jitter_ns, coalesce(min(sigma_ns), 0) AS steadiest_jitter_ns
     FROM (SELECT rank, 1.4826 * mad(work_ns) AS sigma_ns FROM rank_work GROUP BY rank)
+), ordinary AS MATERIALIZED (
+    SELECT a.* FROM arrivals a JOIN classified c ON c.step = a.step AND NOT c.outlier
+), step_floor AS (
+    SELECT lateness_min_step_fraction * (SELECT avg(mean_step_ns) FROM rb) AS floor_ns,
+           straggler_min_lateness_sigmas * (SELECT steadiest_jitter_ns FROM noise) AS periodic_floor_ns
 ), late_rows AS MATERIALIZED (
     -- per ordinary step, the rank the others waited for, and whether its lateness stands above the
-    -- noise: beyond straggler_min_lateness_sigmas robust sigma of the jitter and beyond
-    -- lateness_min_step_fraction of the step
-    SELECT a.step, a.rank, a.lateness_ns, c.wait_ns,
-           a.lateness_ns > straggler_min_lateness_sigmas * n.jitter_ns
-               AND a.lateness_ns > lateness_min_step_fraction * (SELECT avg(mean_step_ns) FROM rb) AS significant
-    FROM arrivals a JOIN classified c ON c.step = a.step AND NOT c.outlier, noise n
-    WHERE a.is_last
+    -- noise (jitter) and above lateness_min_step_fraction of the step
+    SELECT o.step, o.rank, o.lateness_ns, o.step_wait_ns AS wait_ns,
+           o.lateness_ns > straggler_min_lateness_sigmas * n.jitter_ns
+               AND o.lateness_ns > (SELECT floor_ns FROM step_floor) AS significant
+    FROM ordinary o, noise n
+    WHERE o.is_last
 ), persistence AS (
-    -- per rank, over the ordinary steps: how often it was last, how often by more than the noise,
-    -- and how late it typically was
-    SELECT a.rank,
-           count(*) FILTER (WHERE a.is_last) AS late_steps,
-           count(*) FILTER (WHERE a.is_last AND l.significant) AS significant_steps,
+    -- per rank, over the ordinary steps: how often it was last, and how late it typically was
+    SELECT o.rank,
+           count(*) FILTER (WHERE o.is_last) AS late_steps,
+           count(*) FILTER (WHERE o.is_last AND l.significant) AS significant_steps,
            count(*) AS steps_compared,
-           median(a.lateness_ns) AS lateness_ns,
-           1.4826 * mad(a.lateness_ns) AS lateness_sigma_ns
-    FROM arrivals a JOIN classified c ON c.step = a.step AND NOT c.outlier
-    LEFT JOIN late_rows l ON l.step = a.step AND l.rank = a.rank
-    GROUP BY a.rank
+           median(o.lateness_ns) AS lateness_ns,
+           1.4826 * mad(o.lateness_ns) AS lateness_sigma_ns
+    FROM ordinary o
+    LEFT JOIN late_rows l ON l.step = o.step AND l.rank = o.rank
+    GROUP BY o.rank
 ), judged AS (
+    -- persistent: last in most steps, its median lateness beyond its own step-to-step spread of it
+    -- and beyond the share of the step
     SELECT *, late_steps > straggler_min_step_share * steps_compared
-              AND significant_steps > straggler_min_step_share * steps_compared AS persistent
+              AND lateness_ns > straggler_min_lateness_sigmas * lateness_sigma_ns
+              AND lateness_ns > (SELECT floor_ns FROM step_floor) AS persistent
     FROM persistence
-), periods AS (
-    -- periodic lateness: a rank late beyond the noise in (nearly) every step of one phase of a
-    -- period (every k-th step: an eval, a checkpoint, a log flush on that rank) and rarely in the others
-    SELECT l.rank, p.period, l.step % p.period AS phase
-    FROM late_rows l,
-         (SELECT unnest(range(2, greatest((SELECT count(*) FROM classified WHERE NOT outlier) // 3, 2) + 1)) AS period) p
-    WHERE l.significant
-    GROUP BY l.rank, p.period, phase
-), periodic_fit AS (
-    SELECT pr.rank, pr.period, pr.phase,
-           count(*) FILTER (WHERE c.step % pr.period = pr.phase) AS phase_steps,
-           count(*) FILTER (WHERE c.step % pr.period = pr.phase AND l.significant AND l.rank = pr.rank) AS phase_hits,
-           count(*) FILTER (WHERE c.step % pr.period <> pr.phase) AS off_steps,
-           count(*) FILTER (WHERE c.step % pr.period <> pr.phase AND l.significant) AS off_hits,
-           list(c.step ORDER BY c.step) FILTER (WHERE c.step % pr.period = pr.phase AND l.significant
-                                                  AND l.rank = pr.rank) AS periodic_steps
-    FROM periods pr
-    CROSS JOIN (SELECT step FROM classified WHERE NOT outlier) c
-    LEFT JOIN late_rows l ON l.step = c.step
-    GROUP BY pr.rank, pr.period, pr.phase
+), candidates AS (
+    -- periodic lateness: rank, period (2 .. a third of the steps: 3 or more steps per phase), phase
+    SELECT DISTINCT o.rank, p.period, o.step % p.period AS phase
+    FROM ordinary o,
+         (SELECT unnest(range(2, greatest((SELECT count(DISTINCT step) FROM ordinary) // 3, 2) + 1)) AS period) p
+), off_phase AS (
+    -- the rank's lateness in the other steps: its baseline and spread without the periodic work
+    SELECT c.rank, c.period, c.phase, median(o.lateness_ns) AS off_median_ns,
+           1.4826 * mad(o.lateness_ns) AS off_sigma_ns, count(*) AS off_steps
+    FROM candidates c JOIN ordinary o ON o.rank = c.rank AND o.step % c.period <> c.phase
+    GROUP BY c.rank, c.period, c.phase
+), phase_fit AS (
+    SELECT f.rank, f.period, f.phase, f.off_steps, count(*) AS phase_steps,
+           count(*) FILTER (WHERE o.is_last AND o.lateness_ns > f.off_median_ns + straggler_min_lateness_sigmas * f.off_sigma_ns
+                                AND o.lateness_ns > (SELECT greatest(floor_ns, periodic_floor_ns) FROM step_floor)) AS phase_hits,
+           list(o.step ORDER BY o.step) FILTER (WHERE o.is_last
+                                AND o.lateness_ns > f.off_median_ns + straggler_min_lateness_sigmas * f.off_sigma_ns
+                                AND o.lateness_ns > (SELECT greatest(floor_ns, periodic_floor_ns) FROM step_floor)) AS periodic_steps
+    FROM off_phase f JOIN ordinary o ON o.rank = f.rank AND o.step % f.period = f.phase
+    GROUP BY f.rank, f.period, f.phase, f.off_steps
 ), periodic AS (
-    -- the shortest period that fits (a period of 2 also fits every 4th step's pattern's multiples)
-    SELECT * FROM periodic_fit
-    WHERE phase_steps >= 3 AND phase_hits >= periodic_min_phase_share * phase_steps
-      AND off_hits <= (1 - periodic_min_phase_share) * off_steps
+    -- one rank late beyond its own off-phase spread in (nearly) every step of one phase; the
+    -- period with the most such steps, then the shortest
+    SELECT * FROM phase_fit
+    WHERE phase_steps >= 3 AND off_steps >= 3 AND phase_hits >= periodic_min_phase_share * phase_steps
     ORDER BY phase_hits DESC, period, rank, phase LIMIT 1
 ), pattern AS (
     -- which pattern the lateness follows: 'persistent' (one rank, most steps), 'periodic' (one
