@@ -152,15 +152,6 @@ def _runs() -> list[list[str]]:
     return runs
 
 
-def _jobs(paths: list[str]) -> list[list[str]]:
-    """The runs these paths hold: the paths as one run, or, for a folder of unrelated traces (the
-    ingest refuses to join different jobs), each of its files as a run of its own."""
-    result = ingest_paths(connect(":memory:"), paths)
-    if result.run_id or len(paths) != 1 or not Path(paths[0]).is_dir():
-        return [paths]
-    return [[str(p)] for p in sorted(Path(paths[0]).iterdir()) if p.is_file() and ".json" in p.name]
-
-
 def assert_costs_within_the_step(con, run_id, where) -> None:
     """Costs counted once add up to at most the step; no finding costs more than its step."""
     costs = stored_costs(con, run_id)
@@ -175,12 +166,11 @@ def assert_costs_within_the_step(con, run_id, where) -> None:
 
 @pytest.mark.parametrize("paths", _runs(), ids=lambda paths: Path(paths[0]).name)
 def test_costs_never_add_up_past_the_step(paths):
-    for job in _jobs(paths):
-        con = connect(":memory:")
-        result = ingest_paths(con, job)
-        assert result.run_id, (job, result.errors)
-        analyze_run(con, result.run_id)
-        assert_costs_within_the_step(con, result.run_id, job)
+    con = connect(":memory:")
+    result = ingest_paths(con, paths)
+    assert result.run_id, (paths, result.errors)
+    analyze_run(con, result.run_id)
+    assert_costs_within_the_step(con, result.run_id, paths)
 
 
 def test_fix_verdicts_follow_the_thresholds_the_run_was_analysed_with(tmp_path):
