@@ -38,18 +38,6 @@ def rank_breakdown_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dic
     return [dict(zip(cols, row)) for row in cur.fetchall()]
 
 
-def _host_comm_per_step(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int]) -> dict[int, float]:
-    """{rank: ms per step} of host-side (gloo) communication for ranks without GPU activity: the time a
-    collective is in flight or the training thread is in a c10d op, within steps (rank_balance's
-    comm_ns_per_step, the figure comm_exposed reports for them)."""
-    if not ranks:
-        return {}
-    from analyzers.thresholds import HOST_BLOCKED_MIN_NS
-    found = con.execute("SELECT rank, comm_ns_per_step FROM rank_balance(?, ?) WHERE NOT has_gpu AND comm_ns_per_step > 0",
-                        [run_id, int(HOST_BLOCKED_MIN_NS)]).fetchall()
-    return {rank: comm_ns / _NS_PER_MS for rank, comm_ns in found if rank in ranks}
-
-
 def rank_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
     """Per rank: the figures of the report's "ranks" table.
 
@@ -60,9 +48,7 @@ def rank_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, 
       idle_pct, compute_pct, non_compute_pct   HTA temporal breakdown, % of the GPU span
       comm_time_ms     communication kernel time per step: the union of NCCL kernel intervals
                        (concurrent streams counted once) inside the rank's steps on the GPU clock
-                       (rank_step_costs.comm_in_steps_ns) divided by the number of steps; on a rank
-                       without GPU activity, its gloo communication per step (rank_balance), None
-                       when it has none
+                       (rank_step_costs.comm_in_steps_ns) divided by the number of steps
       comm_overlap_pct % of the rank's whole communication time (HTA's rule, comm_ns) overlapped
                        by compute kernels, HTA's comm/comp overlap (None when the rank has no
                        communication)
@@ -75,7 +61,6 @@ def rank_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, 
     rows = rank_breakdown_rows(con, run_id)
     in_steps = {rank: (comm_ns, h2d_ns) for rank, comm_ns, h2d_ns in con.execute(
         "SELECT rank, comm_in_steps_ns, h2d_in_steps_ns FROM rank_step_costs(?)", [run_id]).fetchall()}
-    host_comm = _host_comm_per_step(con, run_id, [r["rank"] for r in rows if r["gpu_events"] == 0])
     out = []
     for row in rows:
         comm_in_steps_ns, h2d_in_steps_ns = in_steps.get(row["rank"], (0, 0))
@@ -90,8 +75,7 @@ def rank_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, 
             "idle_pct": _pct(row["idle_ns"], span) if has_gpu else None,
             "compute_pct": _pct(row["compute_ns"], span) if has_gpu else None,
             "non_compute_pct": _pct(row["non_compute_ns"], span) if has_gpu else None,
-            "comm_time_ms": (host_comm.get(row["rank"]) if comm_ns is None
-                             else comm_in_steps_ns / divisor / _NS_PER_MS),
+            "comm_time_ms": None if comm_ns is None else comm_in_steps_ns / divisor / _NS_PER_MS,
             "comm_overlap_pct": _pct(row["comm_overlap_ns"], comm_ns) if comm_ns else None,
             "h2d_time_ms": h2d_in_steps_ns / divisor / _NS_PER_MS if has_gpu else None,
         })
