@@ -13,7 +13,7 @@
 -- RANK_LATENESS_MIN_STEP_FRACTION of the step. Over the ordinary steps, the pattern is:
 --   persistent  one rank last in more than STRAGGLER_MIN_STEP_SHARE of them, its median lateness
 --               beyond STRAGGLER_MIN_LATENESS_SIGMAS robust standard deviations of its own lateness
---               and of the ranks' work (jitter_ns, below);
+--               and of the steadiest rank's work;
 --   periodic    one rank late, beyond STRAGGLER_MIN_LATENESS_SIGMAS robust standard deviations of
 --               its lateness in the other steps and of the steadiest rank's work, in at least PERIODIC_MIN_PHASE_SHARE of the steps
 --               (3 or more) of one phase of a period k (every k-th step: an eval, a checkpoint);
@@ -113,9 +113,10 @@ WITH rb AS MATERIALIZED (
     GROUP BY o.rank
 ), judged AS (
     -- persistent: last in most steps, its median lateness beyond its own step-to-step spread of it
-    -- and the ranks' work jitter, and beyond the share of the step
+    -- and the steadiest rank's work jitter (the straggler's own work may vary: uneven lengths),
+    -- and beyond the share of the step
     SELECT *, late_steps > straggler_min_step_share * steps_compared
-              AND lateness_ns > straggler_min_lateness_sigmas * greatest(lateness_sigma_ns, (SELECT jitter_ns FROM noise))
+              AND lateness_ns > straggler_min_lateness_sigmas * greatest(lateness_sigma_ns, (SELECT steadiest_jitter_ns FROM noise))
               AND lateness_ns > (SELECT floor_ns FROM step_floor) AS persistent
     FROM persistence
 ), candidates AS (
