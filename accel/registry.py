@@ -58,7 +58,8 @@ READ_METRICS: dict[str, str] = {
     "tf32_capable": "whether the GPU has TF32 tensor cores (Ampere or newer; None: GPU not identified)",
     "tf32_in_use": "whether TF32 tensor-core kernels already run on that rank",
     "imbalance_source": "why the straggler is late: \"input\" (its inputs are shaped differently), "
-                        "\"compute\" (same shapes, more work) or \"stall\" (no more work: a stall of its own)",
+                        "\"compute\" (same shapes, more work), \"stall\" (no more work: a stall of its own) or "
+                        "\"periodic\" (extra work on one rank every k steps)",
     "shapes_compared": "whether the ranks' input shapes were compared (False for pipeline stages)",
     "shape_differs": "whether the straggler's input shapes differ from the other ranks'",
     "mean_msg_bytes": "mean collective message size, bytes (None: the trace has no message sizes)",
@@ -69,6 +70,9 @@ READ_METRICS: dict[str, str] = {
     "nodes": "nodes the ranks span (world_size / GPUs per node; absent when GPUs per node is unknown)",
     "world_size": "ranks in the job",
     "local_world_size": "GPUs per node, from the trace's deviceProperties",
+    "hosts": "hosts that recorded the ranks' traces (their host_name; absent unless every rank is loaded)",
+    "allreduce_rounds_per_step": "DDP forwards per step whose backward all-reduced gradients",
+    "optimizer_steps_per_step": "Optimizer.step calls per step",
 }
 
 
@@ -434,12 +438,18 @@ def _copies_exposed(m: Metrics, t: Thresholds) -> str | None:
     return None
 
 
-IMBALANCE_SOURCES = ("input", "compute", "stall")   # rank_imbalance's imbalance_source values
+IMBALANCE_SOURCES = ("input", "compute", "stall", "periodic")   # rank_imbalance's imbalance_source values
 
 
 def _imbalance_from_data(m: Metrics, t: Thresholds) -> str | None:
     source = choice(m, "imbalance_source", IMBALANCE_SOURCES)
     compared, differs = boolean(m, "shapes_compared"), boolean(m, "shape_differs")
+    if source == "periodic":
+        return ("the lateness repeats every few steps on one rank (periodic extra work there: an evaluation, "
+                "a checkpoint, logging), not in the data: spread that work over the ranks or make it "
+                "asynchronous (torch.distributed.checkpoint.async_save)")
+    if differs is True:
+        return None
     if source == "stall":
         return ("the straggler is late without doing more work: a stall of its own (a slow fetch, a host "
                 "sync, a throttled or shared device), which balancing the samples cannot even out")
@@ -476,12 +486,37 @@ _ONE_NODE = ("all ranks are on one node: NCCL's ring/tree is already topology-aw
 
 
 def _multi_node(m: Metrics, t: Thresholds) -> str | None:
+    hosts = number(m, "hosts")
+    if hosts == 1:
+        return ("every rank's trace was recorded on one host (hosts = 1): there is no slow link between "
+                "nodes for a hierarchical all-reduce to spare")
     nodes, world, local = number(m, "nodes"), number(m, "world_size"), number(m, "local_world_size")
+    if hosts is not None and hosts > 1:
+        return None
     if nodes is not None:
         return None if nodes > 1 else _ONE_NODE
     if world is not None and local is not None and world <= local:
         return _ONE_NODE
     return None
+
+
+def _accumulates_without_no_sync(m: Metrics, t: Thresholds) -> str | None:
+    rounds, steps = number(m, "allreduce_rounds_per_step"), number(m, "optimizer_steps_per_step")
+    if rounds is None or steps is None:
+        return None
+    if steps == 0:
+        return ("no optimizer step was recorded in the steps (optimizer_steps_per_step = 0): gradient "
+                "accumulation cannot be told from the trace")
+    if rounds <= steps:
+        return (f"gradients are all-reduced once per optimizer step (allreduce_rounds_per_step = {rounds:g}, "
+                f"optimizer_steps_per_step = {steps:g}): there is no accumulation for no_sync to merge")
+    return None
+
+
+def _accumulation_bonus(m: Metrics, t: Thresholds) -> float:
+    # more all-reduce rounds than optimizer steps: no_sync removes all but one of them, ahead of any tuning
+    rounds, steps = num(m, "allreduce_rounds_per_step"), num(m, "optimizer_steps_per_step")
+    return 0.5 if rounds is not None and steps and rounds > steps else 0.0
 
 
 def _allocator_bound(m: Metrics, t: Thresholds) -> str | None:
@@ -886,6 +921,9 @@ _FIX_LIST = [
         module="accel.comm.no_sync",
         demo_module="accel.demos.dist_no_sync_accumulation",
         fit={"comm_exposed": 0.6},
+        reads=("allreduce_rounds_per_step", "optimizer_steps_per_step"),
+        predicate=_accumulates_without_no_sync,
+        bonus=_accumulation_bonus,
     ),
     Fix(
         id="hierarchical_allreduce",
@@ -908,7 +946,7 @@ _FIX_LIST = [
         module="accel.comm.hierarchical",
         demo_module="accel.demos.dist_hierarchical_allreduce",
         fit={"comm_exposed": 0.4},
-        reads=("nodes", "world_size", "local_world_size"),
+        reads=("hosts", "nodes", "world_size", "local_world_size"),
         predicate=_multi_node,
     ),
     Fix(

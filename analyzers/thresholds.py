@@ -117,10 +117,20 @@ MENTION_MIN_STEP_FRACTION = 0.01
 # for (last to reach the step's collectives) in more than this share of the ordinary steps: most
 # of them ...
 STRAGGLER_MIN_STEP_SHARE = 0.5
-# ... with its median lateness above the step-to-step jitter: this many robust standard deviations
-# (1.4826 x median absolute deviation) of its own lateness over those steps. 3: the usual 3-sigma
-# rule; the MAD because one spike barely moves it, where it would inflate a standard deviation.
+# ... each time late beyond the noise floor: by more than this many robust standard deviations
+# (1.4826 x median absolute deviation) of the ranks' own step-to-step work jitter (ranks doing the
+# same work arrive apart by about that much). 3: the usual 3-sigma rule (NIST/SEMATECH e-Handbook
+# of Statistical Methods, 1.3.5.17, on the MAD-based robust z-score); the MAD because one spike
+# barely moves it, where it would inflate a standard deviation. Also the bar for periodic and
+# moving lateness.
 STRAGGLER_MIN_LATENESS_SIGMAS = 3.0
+# ... and by more than this share of the step: below it, lateness is not worth a finding however
+# steady the run (MIN_FINDING_PCT's 5%, the reporting floor of every cost, applied to one step).
+RANK_LATENESS_MIN_STEP_FRACTION = 0.05
+# Periodic lateness (an eval or a checkpoint every k-th step on one rank): late beyond the noise in
+# at least this share of the steps of one phase, and in at most the rest of it (1 - share) of the
+# other steps. 0.75: one phase step in four may be missed (a loaded host), as may the off-phase.
+PERIODIC_MIN_PHASE_SHARE = 0.75
 # A step outlier (a one-off spike, not a straggler): a step in which the waiting ranks lose more
 # than the median step by this many robust standard deviations of the per-step loss (3 sigma),
 # and by at least MIN_FINDING_PCT of the mean step (smaller excursions are too small to name).

@@ -97,3 +97,14 @@ def split_trace_by_variant(trace_file: Path, out_dir: Path, variants: tuple[str,
         target = out_dir / variant / trace_file.name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(gzip.compress(json.dumps({**trace, "traceEvents": kept}).encode()))
+
+
+def assert_report_costs_within_the_step(report: dict) -> None:
+    """A report (analyzers.api) whose costs fit its step: no finding costs more than 100% of the
+    step, and the root causes (findings no other finding causes) add up to at most the mean step."""
+    findings = report["findings"]
+    assert [f["cost_pct"] for f in findings if f["cost_pct"] > 100.0] == [], findings
+    steps = [r["step_time_ms"] for r in report["ranks"] if r.get("step_time_ms")]
+    if steps:
+        root_ms = sum(f["cost_ms_per_step"] for f in findings if not f["caused_by"])
+        assert root_ms <= max(steps) * 1.001, (root_ms, steps, [(f["kind"], f["cost_ms_per_step"]) for f in findings])

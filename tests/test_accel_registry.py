@@ -113,7 +113,11 @@ def test_hierarchical_allreduce_only_across_nodes():
     assert not fix.applies({"world_size": 8, "local_world_size": 8})
     assert fix.applies({"world_size": 16, "local_world_size": 8})
     # without `nodes` (GPUs per node unknown) more ranks than local GPUs is not proof of several nodes
-    assert fix.verdict({"world_size": 16, "local_world_size": 1}, kind="comm_exposed").missing == ("nodes",)
+    # (nor is it without the traces' host names: either would decide)
+    assert fix.verdict({"world_size": 16, "local_world_size": 1}, kind="comm_exposed").missing == ("hosts", "nodes")
+    # every trace recorded on one host: ruled out, naming the metric that decided
+    assert "hosts = 1" in fix.why_not({"hosts": 1, "world_size": 2})
+    assert fix.applies({"hosts": 2, "world_size": 16, "local_world_size": 8})
 
 
 def test_h2d_and_loader_predicates():

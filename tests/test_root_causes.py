@@ -152,19 +152,25 @@ def _runs() -> list[list[str]]:
     return runs
 
 
+def assert_costs_within_the_step(con, run_id, where) -> None:
+    """Costs counted once add up to at most the step; no finding costs more than its step."""
+    costs = stored_costs(con, run_id)
+    found = stored_findings(con, run_id)
+    assert costs["root_cause_ms"] == pytest.approx(sum(f["cost_ms_per_step"] for f in found if not f["caused_by"]))
+    if costs["step_ms"]:
+        assert costs["root_cause_ms"] <= costs["step_ms"] * 1.001, (where, found)
+    assert [f["cost_pct"] for f in found if f["cost_pct"] > 100.0] == [], (where, found)
+    kinds = [f["kind"] for f in found]
+    assert len(kinds) == len(set(kinds)), "one finding per cause (kind)"
+
+
 @pytest.mark.parametrize("paths", _runs(), ids=lambda paths: Path(paths[0]).name)
 def test_costs_never_add_up_past_the_step(paths):
     con = connect(":memory:")
     result = ingest_paths(con, paths)
-    assert result.run_id
+    assert result.run_id, (paths, result.errors)
     analyze_run(con, result.run_id)
-    costs = stored_costs(con, result.run_id)
-    found = stored_findings(con, result.run_id)
-    assert costs["root_cause_ms"] == pytest.approx(sum(f["cost_ms_per_step"] for f in found if not f["caused_by"]))
-    if costs["step_ms"]:
-        assert costs["root_cause_ms"] <= costs["step_ms"] * 1.001, (paths, found)
-    kinds = [f["kind"] for f in found]
-    assert len(kinds) == len(set(kinds)), "one finding per cause (kind)"
+    assert_costs_within_the_step(con, result.run_id, paths)
 
 
 def test_fix_verdicts_follow_the_thresholds_the_run_was_analysed_with(tmp_path):

@@ -27,6 +27,7 @@ SPEC = AnalysisSpec(
                            "comm_ms_per_step", "comm_source", "exposed_ms_per_step", "group_size",
                            "imbalance_wait_ms_per_step", "link_class", "local_world_size",
                            "mean_msg_bytes", "median_msg_bytes", "nodes", "overlap_pct",
+                           "allreduce_rounds_per_step", "optimizer_steps_per_step", "hosts",
                            "serialized_after_compute", "sized_share", "small_msg_share",
                            "waiting_known", "world_size"}),
     measured_without_gpu=True,
@@ -61,6 +62,19 @@ def _fmt_bytes(n: float | None) -> str:
     return f"{int(n)} B"
 
 
+def _hosts(con: duckdb.DuckDBPyConnection, run_id: str) -> int | None:
+    """How many hosts recorded the job's traces (the traces' host_name), when every rank of the job
+    is loaded and names its host; else None."""
+    row = con.execute("""
+        SELECT count(DISTINCT json_extract_string(k.trace_meta, '$.host_name')),
+               count(json_extract_string(k.trace_meta, '$.host_name')), count(*), any_value(r.world_size)
+        FROM ranks k JOIN runs r ON r.run_id = k.run_id WHERE k.run_id = ?""", [run_id]).fetchone()
+    distinct, named, loaded, world = row
+    if not loaded or named != loaded or (world or 1) > loaded:
+        return None
+    return int(distinct)
+
+
 def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[Finding]:
     ensure_loaded(con)
     ctx = context(con, run_id, ctx)
@@ -71,6 +85,8 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
     if not exposure:
         return []
     local_world = _local_world_size(con, run_id)
+    hosts = _hosts(con, run_id)
+    rounds = {int(r["rank"]): r for r in rows(con, "SELECT * FROM gradient_sync_rounds(?)", [run_id])}
     findings: list[Finding] = []
     for r in exposure:
         rank = int(r["rank"])
@@ -131,6 +147,17 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
                      "straggler (see rank_imbalance), not counted here.")
         if not r["matched"] and (r["world_size"] or 1) > 1:
             text += " Other ranks' traces are missing, so time spent waiting for them cannot be separated."
+        sync = rounds.get(rank)
+        if sync is not None:
+            metrics["allreduce_rounds_per_step"] = round(float(sync["allreduce_rounds_per_step"]), 2)
+            metrics["optimizer_steps_per_step"] = round(float(sync["optimizer_steps_per_step"]), 2)
+            if metrics["optimizer_steps_per_step"] > 0 and \
+                    metrics["allreduce_rounds_per_step"] > metrics["optimizer_steps_per_step"]:
+                text += (f" Gradients are all-reduced {metrics['allreduce_rounds_per_step']:g} times per "
+                         f"optimizer step ({metrics['optimizer_steps_per_step']:g}): gradient accumulation "
+                         "without no_sync.")
+        if hosts is not None:
+            metrics["hosts"] = hosts
         if local_world and local_world > 1 and r["world_size"]:
             # deviceProperties lists the GPUs the process saw: the node's, unless visibility was
             # restricted per rank (then it is 1 and says nothing about nodes)

@@ -128,3 +128,43 @@ LEFT JOIN worst w ON w.rank = b.rank
 LEFT JOIN longest lg ON lg.rank = b.rank
 LEFT JOIN types t ON t.rank = b.rank
 WHERE b.comm_ns_per_step > 0;
+
+
+-- gradient_sync_rounds(run): per rank with DDP in its trace, how often per step its gradients are
+-- all-reduced and how often the optimizer steps: the evidence for accumulating under no_sync.
+-- A round is a DistributedDataParallel.forward whose backward issued an all-reduce (before the
+-- next forward); optimizer steps are Optimizer.step#* annotations. Both counted inside steps.
+-- Columns: rank, allreduce_rounds_per_step, optimizer_steps_per_step (0 when none was recorded)
+CREATE OR REPLACE MACRO gradient_sync_rounds(run) AS TABLE
+WITH step_windows AS (
+    SELECT rank, step, start_ns, end_ns FROM steps(run)
+), marks AS (
+    SELECT rank, ts_ns, name = 'DistributedDataParallel.forward' AS is_forward
+    FROM events
+    WHERE run_id = run AND kind IN ('user_annotation', 'cpu_op')
+      AND (name = 'DistributedDataParallel.forward' OR starts_with(name, 'Optimizer.step#'))
+), in_steps AS (
+    SELECT m.rank, m.ts_ns, m.is_forward
+    FROM marks m ASOF JOIN step_windows s ON s.rank = m.rank AND m.ts_ns >= s.start_ns
+    WHERE m.ts_ns < s.end_ns
+), forwards AS (
+    SELECT rank, ts_ns AS forward_ns FROM in_steps WHERE is_forward
+), allreduces AS (
+    SELECT rank, start_ns FROM collective_instances(run) WHERE collective = 'allreduce' AND step IS NOT NULL
+), rounds AS (
+    -- each all-reduce belongs to the latest forward before it: that forward's backward issued it
+    SELECT a.rank, count(DISTINCT f.forward_ns) AS rounds
+    FROM allreduces a ASOF JOIN forwards f ON f.rank = a.rank AND a.start_ns >= f.forward_ns
+    GROUP BY a.rank
+), per_rank AS (
+    SELECT rank, count(*) FILTER (WHERE NOT is_forward) AS optimizer_steps, count(*) FILTER (WHERE is_forward) AS forwards
+    FROM in_steps GROUP BY rank
+), divisors AS (
+    SELECT rank, count(*) AS n_steps FROM step_windows GROUP BY rank
+)
+SELECT p.rank, coalesce(r.rounds, 0) / d.n_steps AS allreduce_rounds_per_step,
+       p.optimizer_steps / d.n_steps AS optimizer_steps_per_step
+FROM per_rank p
+JOIN divisors d ON d.rank = p.rank
+LEFT JOIN rounds r ON r.rank = p.rank
+WHERE p.forwards > 0;

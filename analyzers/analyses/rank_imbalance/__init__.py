@@ -23,6 +23,8 @@ SPEC = AnalysisSpec(
                            "host_held_ms_per_step", "imbalance_pct", "imbalance_source",
                            "lost_ms_per_step_by_rank", "max_lost_rank", "mean_work_ms_per_step",
                            "late_rank_by_step", "late_steps", "lateness_ms", "lateness_jitter_ms",
+                           "lateness_pattern", "noise_jitter_ms", "period_steps", "periodic_steps",
+                           "significant_late_steps",
                            "measured_on", "ranks_compared", "shape_differs", "shape_examples",
                            "shapes_compared", "step_outliers", "steps_compared", "straggler_persistent",
                            "straggler_rank", "straggler_work_ms_per_step", "wait_ms_by_step",
@@ -109,18 +111,33 @@ def _note_step_outliers(outliers: list[dict[str, Any]], ctx: Any) -> None:
                      "not a straggler; rank_imbalance leaves it out of its cost.")
 
 
+def _note_noise(s: dict[str, Any], ctx: Any) -> None:
+    """Lateness within the run's own jitter: no finding, the measured jitter as a note."""
+    notes = getattr(ctx, "notes", None)
+    if notes is None or s["jitter_ns"] is None:
+        return
+    notes.append(f"The ranks reach their collectives apart by no more than their own step-to-step jitter "
+                 f"({s['jitter_ns'] / 1e6:.2f} ms, the ranks' robust sigma of their own work per step; the last rank was "
+                 f"late beyond it in {s['significant_steps'] or 0} of {s['steps_compared']} steps): no rank "
+                 "imbalance above the noise.")
+
+
 def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[Finding]:
     ensure_loaded(con)
     ctx = context(con, run_id, ctx)
-    summary = rows(con, "SELECT * FROM rank_imbalance_report(?, ?, ?, ?, ?, ?)",
+    summary = rows(con, "SELECT * FROM rank_imbalance_report(?, ?, ?, ?, ?, ?, ?, ?)",
                    [run_id, int(threshold(ctx, "HOST_BLOCKED_MIN_NS")), threshold(ctx, "STRAGGLER_MIN_STEP_SHARE"),
                     threshold(ctx, "STRAGGLER_MIN_LATENESS_SIGMAS"), threshold(ctx, "STEP_OUTLIER_SIGMAS"),
-                    threshold(ctx, "MIN_FINDING_PCT") / 100.0])   # the reporting floor, as a fraction
+                    threshold(ctx, "MIN_FINDING_PCT") / 100.0,    # the reporting floor, as a fraction
+                    threshold(ctx, "RANK_LATENESS_MIN_STEP_FRACTION"), threshold(ctx, "PERIODIC_MIN_PHASE_SHARE")])
     if not summary or summary[0]["straggler_rank"] is None:
         _note_single_rank(con, run_id, ctx)   # fewer than two ranks to compare: say so, no finding
         return []
     s = summary[0]
     _note_step_outliers(s["outliers"], ctx)
+    if s["pattern"] == "noise":
+        _note_noise(s, ctx)
+        return []
     straggler = int(s["straggler_rank"])
     cost_ns = float(s["cost_ns"] or 0)
     cost_pct = ctx.cost_pct(straggler, cost_ns)
@@ -137,8 +154,13 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
     world = con.execute("SELECT world_size FROM runs WHERE run_id = ?", [run_id]).fetchone()
 
     imbalance_pct = float(s["imbalance_pct"] or 0.0)
-    moving = s["persistent"] is False   # the rank waited for changes from step to step
-    if shapes:
+    moving = s["pattern"] == "moving"       # the rank waited for changes from step to step
+    periodic = s["pattern"] == "periodic"   # one rank, every k-th step
+    if periodic:
+        # extra work on one rank every k steps (eval, checkpoint, logging): its own shapes (an eval
+        # batch) differ, which is no uneven split of the training data
+        source = "periodic"
+    elif shapes:
         source = "input"        # the straggler is fed differently shaped data
     elif moving or imbalance_pct >= threshold(ctx, "RANK_IMBALANCE_WORK_PCT"):
         # moving: each step's late rank has that step's extra work; averages over steps hide it
@@ -169,7 +191,12 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
         "late_steps": s["late_steps"],
         "steps_compared": s["steps_compared"],
         "lateness_ms": ms(s["lateness_ns"]),
-        "lateness_jitter_ms": ms(s["jitter_ns"]),
+        "lateness_jitter_ms": ms(s["lateness_sigma_ns"]),
+        "noise_jitter_ms": ms(s["jitter_ns"]),
+        "lateness_pattern": s["pattern"],
+        "significant_late_steps": s["significant_steps"],
+        "period_steps": s["period"],
+        "periodic_steps": list(s["periodic_steps"] or []),
         "step_outliers": [{"step": o["step"], "rank": o["rank"], "extra_ms": ms(o["extra_ns"])}
                           for o in s["outliers"]],
         "shape_differs": bool(shapes),
@@ -180,29 +207,42 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
     work_word = "compute" if s["source"] == "gpu" else "work outside collectives"
     others = "the other rank loses" if n_waiting == 1 else f"the other {n_waiting} ranks lose"
     if moving:
+        cause = ("uneven batches (the ranks' input shapes differ)" if shapes else
+                 "the work differs across ranks from step to step (the input shapes do not: data-dependent "
+                 "compute, or the host)" if not s["point_to_point"] else "the work differs across ranks from step to step")
         text = (f"No rank is a persistent straggler: the rank the others wait for changes from step to step "
-                f"(rank {straggler} in {s['late_steps']} of {s['steps_compared']} steps, not by more than "
-                f"its step-to-step jitter), and {others} {cost_ns / 1e6:.2f} ms per step ({cost_pct:.1f}% "
-                "of the step) waiting in collectives: each step's work differs across ranks (uneven batches).")
+                f"(rank {straggler} in {s['late_steps']} of {s['steps_compared']} steps), each time later than the "
+                f"ranks' step-to-step jitter ({ms(s['jitter_ns']):.2f} ms), and {others} {cost_ns / 1e6:.2f} ms per "
+                f"step ({cost_pct:.1f}% of the step) waiting in collectives: {cause}.")
+    elif periodic:
+        late = ", ".join(str(x) for x in s["periodic_steps"])
+        text = (f"Periodic extra work on rank {straggler} every {s['period']} steps (steps {late}): {others} "
+                f"{cost_ns / 1e6:.2f} ms per step on average ({cost_pct:.1f}% of the step) waiting for it in "
+                "collectives, in those steps only (an evaluation, a checkpoint or logging on one rank). Spread "
+                "that work over the ranks or make it asynchronous (torch.distributed.checkpoint.async_save).")
     else:
         text = (f"Rank {straggler} is the straggler: {others} {cost_ns / 1e6:.2f} ms per step "
                 f"({cost_pct:.1f}% of the step) waiting for it in collectives; its {work_word} per step "
                 f"is {imbalance_pct:.1f}% above the mean.")
         if s["late_steps"] is not None:
             text += (f" It was last in {s['late_steps']} of {s['steps_compared']} steps, "
-                     f"{ms(s['lateness_ns']):.2f} ms late at the median.")
+                     f"{ms(s['lateness_ns']):.2f} ms late at the median (the ranks' jitter: "
+                     f"{ms(s['jitter_ns']):.2f} ms).")
     if s["outliers"]:
         text += f" Left out of this cost as one-off spikes (step outliers): {_outlier_words(s['outliers'])}."
     held = float(s["held_cost_ns"] or 0)
     if s["source"] == "gpu" and held < threshold(ctx, "HELD_WAIT_MIN_FRACTION") * cost_ns:
         text += (f" Only {held / 1e6:.2f} ms of that wait also holds up their hosts; the rest is hidden "
                  "behind their own host work (data loading, Python), so balancing alone wins less.")
-    if shapes:
+    if shapes and not periodic:
         ex = shapes[0]
         text += (f" Its inputs are shaped differently ({ex['name']}: {ex['straggler_dims']} vs "
                  f"{ex['other_dims']} elsewhere): uneven batches are a likely cause.")
     elif source == "stall" and not moving:
         text += " It does no more work than the others, so it is late for another reason (see its other findings)."
+    elif source == "compute" and not moving and not periodic and not s["point_to_point"]:
+        text += (" Its inputs are shaped like the others': one rank is slower at the same work; look at that "
+                 "host (other processes, CPU or GPU throttling, a slower device).")
     return [ctx.make(KIND, f"{KIND}:r{straggler}", rank=straggler, cost_ns=cost_ns, summary=text,
                      metrics=metrics, step=None if worst is None else worst["step"],
                      t_start_ns=s["wait_start_ns"] if worst is None else worst["start_ns"],

@@ -2,24 +2,41 @@
 -- rank_imbalance_report(run, ...): at most one row (runs with two or more ranks to compare): the
 -- straggler, what the imbalance costs, and where it shows.
 --
--- Persistence (thresholds.STRAGGLER_*, STEP_OUTLIER_*): per step, the rank the others waited for
--- and what they lost (lib/rank_balance.sql step_arrivals). A step whose loss exceeds the median
--- step's by more than STEP_OUTLIER_SIGMAS robust standard deviations (1.4826 x the median absolute
--- deviation, which the spike itself cannot inflate) and by MIN_FINDING_PCT of the
--- step is a step outlier: a one-off spike, listed apart and left out of the cost. Over the other
--- (ordinary) steps, the straggler is the rank last in more than STRAGGLER_MIN_STEP_SHARE of them
--- whose median lateness exceeds STRAGGLER_MIN_LATENESS_SIGMAS robust standard deviations of its
--- own step-to-step lateness. With no such rank the waiting moves between ranks (uneven work per
--- step, e.g. batches of different sizes): reported on the rank last most often, persistent = false.
+-- Persistence (thresholds.STRAGGLER_*, STEP_OUTLIER_*, RANK_LATENESS_MIN_STEP_FRACTION,
+-- PERIODIC_MIN_PHASE_SHARE): per step, the rank the others waited for and what they lost
+-- (lib/rank_balance.sql step_arrivals). A step whose loss exceeds the median step's by more than
+-- STEP_OUTLIER_SIGMAS robust standard deviations (1.4826 x the median absolute deviation, which the
+-- spike itself cannot inflate) and by MIN_FINDING_PCT of the step is a step outlier: a one-off
+-- spike, listed apart and left out of the cost.
+-- The noise floor: ranks doing identical work still arrive apart by the jitter of their own work
+-- per step (a loaded host, the OS, the allocator); lateness counts only beyond it, and beyond
+-- RANK_LATENESS_MIN_STEP_FRACTION of the step. Over the ordinary steps, the pattern is:
+--   persistent  one rank last in more than STRAGGLER_MIN_STEP_SHARE of them, its median lateness
+--               beyond STRAGGLER_MIN_LATENESS_SIGMAS robust standard deviations of its own lateness
+--               and of the steadiest rank's work;
+--   periodic    one rank late, beyond STRAGGLER_MIN_LATENESS_SIGMAS robust standard deviations of
+--               its lateness in the other steps and of the steadiest rank's work, in at least PERIODIC_MIN_PHASE_SHARE of the steps
+--               (3 or more) of one phase of a period k (every k-th step: an eval, a checkpoint);
+--   moving      in most steps the last rank is late beyond STRAGGLER_MIN_LATENESS_SIGMAS of
+--               jitter_ns (the ranks' median robust standard deviation of their work per step,
+--               step time minus waiting), on changing ranks: each step's work differs;
+--   noise       none of these: within the run's jitter, no finding.
+-- The cost counts only the steps the pattern explains (all ordinary steps for a persistent
+-- straggler, the periodic steps, the steps beyond the noise when it moves; none for noise), per
+-- ordinary step.
 -- Columns:
 --   straggler_rank, n_ranks
 --   persistent             BOOLEAN: a persistent straggler; NULL when no step could be compared
---   late_steps, steps_compared   ordinary steps it was last in, ordinary steps compared
---   lateness_ns, jitter_ns its median lateness over the ordinary steps, and the robust standard
---                          deviation of that lateness
+--   pattern                'persistent' | 'periodic' | 'moving' | 'noise' (NULL: no steps compared)
+--   period, periodic_steps periodic: every period-th step, and the steps it was late in
+--   late_steps, significant_steps, steps_compared   ordinary steps it was last in, last in beyond
+--                          the noise, ordinary steps compared
+--   lateness_ns, lateness_sigma_ns   its median lateness over the ordinary steps, and that
+--                          lateness' robust standard deviation
+--   jitter_ns              the ranks' median robust standard deviation of their own work per step
 --   imbalance_pct          (max - mean) / mean of work per step across ranks, in %
 --   straggler_work_ns, mean_work_ns   per step
---   cost_ns                time each other rank loses per step in the ordinary steps: CPU (gloo)
+--   cost_ns                time each other rank loses per step in the steps the pattern explains: CPU (gloo)
 --                          ranks, the mean per-step wait beyond the last rank's (gloo blocks the
 --                          caller); GPU ranks, their exposed comm beyond the straggler's (waiting
 --                          hidden under compute costs nothing), less the outlier steps' share of the wait
@@ -39,7 +56,8 @@
 --                          window to show when the trace has no ProfilerSteps)
 CREATE OR REPLACE MACRO rank_imbalance_report(run, host_blocked_min_ns, straggler_min_step_share,
                                               straggler_min_lateness_sigmas, step_outlier_sigmas,
-                                              step_outlier_min_step_fraction) AS TABLE
+                                              step_outlier_min_step_fraction, lateness_min_step_fraction,
+                                              periodic_min_phase_share) AS TABLE
 WITH rb AS MATERIALIZED (
     SELECT * FROM rank_balance(run, host_blocked_min_ns)
 ), arrivals AS MATERIALIZED (
@@ -57,23 +75,90 @@ WITH rb AS MATERIALIZED (
                     > greatest(step_outlier_sigmas * s.wait_sigma_ns,
                                step_outlier_min_step_fraction * (SELECT avg(mean_step_ns) FROM rb)), false) AS outlier
     FROM per_step p, step_spread s
+), rank_work AS (
+    -- each rank's time per ordinary step outside its waiting: its own work, whose step-to-step
+    -- spread is the run's jitter (a loaded host, the OS, the allocator)
+    SELECT a.step, a.rank, st.dur_ns - a.wait_ns AS work_ns
+    FROM arrivals a
+    JOIN classified c ON c.step = a.step AND NOT c.outlier
+    JOIN steps(run) st ON st.rank = a.rank AND st.step = a.step
+), noise AS (
+    -- the noise floor: the ranks' typical robust standard deviation of their own work per step
+    -- (and the steadiest rank's: a rank's own periodic extra work would pass for its jitter)
+    SELECT coalesce(median(sigma_ns), 0) AS jitter_ns, coalesce(min(sigma_ns), 0) AS steadiest_jitter_ns
+    FROM (SELECT rank, 1.4826 * mad(work_ns) AS sigma_ns FROM rank_work GROUP BY rank)
+), ordinary AS MATERIALIZED (
+    SELECT a.* FROM arrivals a JOIN classified c ON c.step = a.step AND NOT c.outlier
+), step_floor AS (
+    SELECT lateness_min_step_fraction * (SELECT avg(mean_step_ns) FROM rb) AS floor_ns,
+           straggler_min_lateness_sigmas * (SELECT steadiest_jitter_ns FROM noise) AS periodic_floor_ns
+), late_rows AS MATERIALIZED (
+    -- per ordinary step, the rank the others waited for, and whether its lateness stands above the
+    -- noise (jitter) and above lateness_min_step_fraction of the step
+    SELECT o.step, o.rank, o.lateness_ns, o.step_wait_ns AS wait_ns,
+           o.lateness_ns > straggler_min_lateness_sigmas * n.jitter_ns
+               AND o.lateness_ns > (SELECT floor_ns FROM step_floor) AS significant
+    FROM ordinary o, noise n
+    WHERE o.is_last
 ), persistence AS (
     -- per rank, over the ordinary steps: how often it was last, and how late it typically was
-    SELECT a.rank,
-           count(*) FILTER (WHERE a.is_last) AS late_steps,
+    SELECT o.rank,
+           count(*) FILTER (WHERE o.is_last) AS late_steps,
+           count(*) FILTER (WHERE o.is_last AND l.significant) AS significant_steps,
            count(*) AS steps_compared,
-           median(a.lateness_ns) AS lateness_ns,
-           1.4826 * mad(a.lateness_ns) AS jitter_ns
-    FROM arrivals a JOIN classified c ON c.step = a.step AND NOT c.outlier
-    GROUP BY a.rank
+           median(o.lateness_ns) AS lateness_ns,
+           1.4826 * mad(o.lateness_ns) AS lateness_sigma_ns
+    FROM ordinary o
+    LEFT JOIN late_rows l ON l.step = o.step AND l.rank = o.rank
+    GROUP BY o.rank
 ), judged AS (
+    -- persistent: last in most steps, its median lateness beyond its own step-to-step spread of it
+    -- and the steadiest rank's work jitter (the straggler's own work may vary: uneven lengths),
+    -- and beyond the share of the step
     SELECT *, late_steps > straggler_min_step_share * steps_compared
-              AND lateness_ns > straggler_min_lateness_sigmas * jitter_ns AS persistent
+              AND lateness_ns > straggler_min_lateness_sigmas * greatest(lateness_sigma_ns, (SELECT steadiest_jitter_ns FROM noise))
+              AND lateness_ns > (SELECT floor_ns FROM step_floor) AS persistent
     FROM persistence
+), candidates AS (
+    -- periodic lateness: rank, period (2 .. a third of the steps: 3 or more steps per phase), phase
+    SELECT DISTINCT o.rank, p.period, o.step % p.period AS phase
+    FROM ordinary o,
+         (SELECT unnest(range(2, greatest((SELECT count(DISTINCT step) FROM ordinary) // 3, 2) + 1)) AS period) p
+), off_phase AS (
+    -- the rank's lateness in the other steps: its baseline and spread without the periodic work
+    SELECT c.rank, c.period, c.phase, median(o.lateness_ns) AS off_median_ns,
+           1.4826 * mad(o.lateness_ns) AS off_sigma_ns, count(*) AS off_steps
+    FROM candidates c JOIN ordinary o ON o.rank = c.rank AND o.step % c.period <> c.phase
+    GROUP BY c.rank, c.period, c.phase
+), phase_fit AS (
+    SELECT f.rank, f.period, f.phase, f.off_steps, count(*) AS phase_steps,
+           count(*) FILTER (WHERE o.is_last AND o.lateness_ns > f.off_median_ns + straggler_min_lateness_sigmas * f.off_sigma_ns
+                                AND o.lateness_ns > (SELECT greatest(floor_ns, periodic_floor_ns) FROM step_floor)) AS phase_hits,
+           list(o.step ORDER BY o.step) FILTER (WHERE o.is_last
+                                AND o.lateness_ns > f.off_median_ns + straggler_min_lateness_sigmas * f.off_sigma_ns
+                                AND o.lateness_ns > (SELECT greatest(floor_ns, periodic_floor_ns) FROM step_floor)) AS periodic_steps
+    FROM off_phase f JOIN ordinary o ON o.rank = f.rank AND o.step % f.period = f.phase
+    GROUP BY f.rank, f.period, f.phase, f.off_steps
+), periodic AS (
+    -- one rank late beyond its own off-phase spread in (nearly) every step of one phase; the
+    -- period with the most such steps, then the shortest
+    SELECT * FROM phase_fit
+    WHERE phase_steps >= 3 AND off_steps >= 3 AND phase_hits >= periodic_min_phase_share * phase_steps
+    ORDER BY phase_hits DESC, period, rank, phase LIMIT 1
+), pattern AS (
+    -- which pattern the lateness follows: 'persistent' (one rank, most steps), 'periodic' (one
+    -- rank, every k-th step), 'moving' (beyond the noise in most steps, on changing ranks) or
+    -- 'noise' (within the run's jitter: no finding)
+    SELECT CASE WHEN (SELECT bool_or(persistent) FROM judged) THEN 'persistent'
+                WHEN (SELECT count(*) FROM periodic) > 0 THEN 'periodic'
+                WHEN (SELECT count(*) FILTER (WHERE significant) FROM late_rows)
+                     > straggler_min_step_share * (SELECT count(*) FROM late_rows) THEN 'moving'
+                ELSE 'noise' END AS kind
 ), chosen AS (
-    -- the persistent straggler; else the rank last most often; without steps to compare, the
-    -- rank that waited least over the run (rank_balance)
+    -- the persistent or periodic straggler; else the rank last most often; without steps to
+    -- compare, the rank that waited least over the run (rank_balance)
     SELECT coalesce((SELECT arg_max(rank, late_steps) FROM judged WHERE persistent),
+                    (SELECT rank FROM periodic),
                     (SELECT arg_max(rank, (late_steps, lateness_ns, -rank)) FROM judged),
                     (SELECT rank FROM rb WHERE is_straggler)) AS rank,
            (SELECT bool_or(persistent) FROM judged) AS persistent
@@ -87,8 +172,17 @@ WITH rb AS MATERIALIZED (
                 ELSE greatest(rb.held_ns_per_step - max(rb.held_ns_per_step) FILTER (WHERE rb.rank = c.rank) OVER (), 0)
            END AS held_ns
     FROM rb, chosen c
+), counted_steps AS (
+    -- the steps whose waiting the pattern explains: every ordinary step of a persistent straggler,
+    -- the periodic rank's late steps, the steps late beyond the noise when it moves; none for noise
+    SELECT l.step FROM late_rows l, pattern p
+    WHERE p.kind = 'persistent'
+       OR (p.kind = 'periodic' AND list_contains((SELECT periodic_steps FROM periodic), l.step))
+       OR (p.kind = 'moving' AND l.significant)
 ), waits AS (
-    SELECT avg(wait_ns) FILTER (WHERE NOT outlier) AS ordinary_wait_ns, avg(wait_ns) AS all_wait_ns
+    SELECT sum(wait_ns) FILTER (WHERE NOT outlier AND step IN (SELECT step FROM counted_steps))
+               / nullif(count(*) FILTER (WHERE NOT outlier), 0) AS ordinary_wait_ns,
+           avg(wait_ns) AS all_wait_ns
     FROM classified
 ), summary AS (
     SELECT (SELECT rank FROM chosen) AS straggler_rank,
@@ -112,13 +206,15 @@ WITH rb AS MATERIALIZED (
 ), costed AS (
     SELECT s.*,
            CASE WHEN w.all_wait_ns IS NULL THEN s.relative_cost_ns
-                WHEN s.source = 'cpu' THEN w.ordinary_wait_ns
-                ELSE s.relative_cost_ns * coalesce(w.ordinary_wait_ns / nullif(w.all_wait_ns, 0), 1) END AS cost_ns,
+                WHEN s.source = 'cpu' THEN coalesce(w.ordinary_wait_ns, 0)
+                ELSE s.relative_cost_ns * coalesce(coalesce(w.ordinary_wait_ns, 0) / nullif(w.all_wait_ns, 0), 1) END AS cost_ns,
            -- lost_by_rank and held time in the same scale as cost_ns
            coalesce(cost_ns / nullif(s.relative_cost_ns, 0), 1) AS scale
     FROM summary s, waits w
 ), late_rank AS (
-    SELECT j.late_steps, j.steps_compared, j.lateness_ns, j.jitter_ns
+    SELECT j.late_steps, j.significant_steps, j.steps_compared, j.lateness_ns, j.lateness_sigma_ns,
+           (SELECT jitter_ns FROM noise) AS jitter_ns, (SELECT kind FROM pattern) AS pattern,
+           (SELECT period FROM periodic) AS period, (SELECT periodic_steps FROM periodic) AS periodic_steps
     FROM judged j WHERE j.rank = (SELECT rank FROM chosen)
 ), step_rows AS (
     SELECT list({'step': c.step, 'wait_ns': c.wait_ns, 'late_rank': c.late_rank, 'outlier': c.outlier,
@@ -134,7 +230,8 @@ WITH rb AS MATERIALIZED (
     FROM collective_instances(run) i
     WHERE i.matched AND i.rank <> (SELECT rank FROM chosen)
 )
-SELECT c.straggler_rank, c.n_ranks, c.persistent, l.late_steps, l.steps_compared, l.lateness_ns, l.jitter_ns,
+SELECT c.straggler_rank, c.n_ranks, c.persistent, l.pattern, l.period, l.periodic_steps, l.late_steps,
+       l.significant_steps, l.steps_compared, l.lateness_ns, l.lateness_sigma_ns, l.jitter_ns,
        c.imbalance_pct, c.straggler_work_ns, c.mean_work_ns, c.cost_ns,
        least(c.relative_held_ns * c.scale, c.cost_ns) AS held_cost_ns,
        c.relative_max_lost_ns * c.scale AS max_lost_ns, c.max_lost_rank,

@@ -234,7 +234,7 @@ LEFT JOIN comm_held ch ON ch.rank = gs.rank;
 --                         the training thread is in a c10d op (cpu_comm_blocked)
 --   exposed_ns_per_step   GPU: comm kernel time no compute kernel overlaps; CPU-only: time the
 --                         training thread is blocked in communication (cpu_comm_blocked)
---   wait_ns_per_step      summed wait of its matched collective instances issued inside a step
+--   wait_ns_per_step      union of the waits of its matched collective instances issued inside a step
 --                         (all of them on a rank without steps; 0 when none matched)
 --   matched_instances, instances, p2p_instances (send/recv: ranks may be pipeline stages)
 --   is_straggler          BOOLEAN: the rank the others wait for (least wait when instances were
@@ -253,13 +253,18 @@ WITH gw AS (
     SELECT * FROM collective_instances(run)
 ), step_windows AS MATERIALIZED (
     SELECT rank AS grp, start_ns, end_ns, dur_ns FROM steps(run)
+), wait_spans AS (
+    -- waiting per step: only instances issued inside a step, where the rank has steps; each
+    -- instance waits first, then moves the data
+    SELECT rank AS grp, start_ns, start_ns + wait_ns AS end_ns
+    FROM ci WHERE matched AND wait_ns > 0 AND (step IS NOT NULL OR rank NOT IN (SELECT grp FROM step_windows))
 ), inst AS (
-    -- waiting per step: only instances issued inside a step, where the rank has steps
-    SELECT rank, sum(wait_ns) FILTER (WHERE matched AND (step IS NOT NULL
-                                                         OR rank NOT IN (SELECT grp FROM step_windows))) AS wait_ns,
+    -- collectives in flight together wait for the same late rank at once: the union of their waits
+    SELECT ci.rank, any_value(w.union_ns) AS wait_ns,
            count(*) FILTER (WHERE matched) AS matched_instances, count(*) AS instances,
            count(*) FILTER (WHERE collective IN ('sendrecv', 'send', 'recv')) AS p2p_instances
-    FROM ci GROUP BY rank
+    FROM ci LEFT JOIN interval_union_total('wait_spans') w ON w.grp = ci.rank
+    GROUP BY ci.rank
 ), cpu_coll_spans AS (
     SELECT rank, start_ns, end_ns FROM ci WHERE source = 'cpu'
 ), cpu_coll AS (
@@ -319,18 +324,41 @@ FROM ranked r;
 -- step cannot be ranked in it); empty for traces without ProfilerSteps.
 -- Columns:
 --   step, rank
---   wait_ns         its summed wait in the step's matched collectives
+--   wait_ns         what it spent waiting in the step. GPU: the union of its matched instances'
+--                   waits (each instance waits first, then moves the data), so that collectives in
+--                   flight together, waiting for the same late rank at once, count once. CPU
+--                   (gloo): the time its training thread is blocked in communication in the step
+--                   (cpu_comm_blocked): a gloo span's end is when its worker thread gets a core
+--                   back, which on a busy host comes milliseconds after the others', so spans'
+--                   durations misstate the wait; the thread's blocked time is what the step loses
 --   lateness_ns     the other ranks' mean wait minus its own: how much later than the others it
 --                   arrived (negative when it arrived earlier)
 --   is_last         BOOLEAN: the rank the others waited for in this step (least wait; lowest rank on a tie)
 --   step_wait_ns    what the waiting ranks lost in this step: their mean wait beyond the last rank's
 --                   (the same on every row of the step)
 CREATE OR REPLACE MACRO step_arrivals(run) AS TABLE
-WITH per_rank AS (
-    SELECT step, rank, sum(wait_ns) AS wait_ns
-    FROM collective_instances(run)
-    WHERE matched AND step IS NOT NULL
-    GROUP BY step, rank
+WITH inst AS MATERIALIZED (
+    SELECT step, rank, source, matched, start_ns, end_ns, wait_ns FROM collective_instances(run) WHERE step IS NOT NULL
+), wait_spans AS (
+    SELECT {'step': step, 'rank': rank} AS grp, start_ns, start_ns + wait_ns AS end_ns
+    FROM inst WHERE matched AND source = 'gpu' AND wait_ns > 0
+), cpu_spans AS (
+    SELECT rank, start_ns, end_ns FROM inst WHERE source = 'cpu'
+), step_windows AS (
+    SELECT rank, step, start_ns FROM steps(run)
+), cpu_blocked AS (
+    SELECT s.step, b.rank, sum(b.dur_ns) AS blocked_ns
+    FROM (SELECT * FROM cpu_comm_blocked(run, 'cpu_spans') WHERE blocked) b
+    ASOF JOIN step_windows s ON s.rank = b.rank AND b.start_ns >= s.start_ns
+    GROUP BY s.step, b.rank
+), per_rank AS (
+    SELECT m.step, m.rank,
+           CASE WHEN any_value(m.source) = 'cpu' THEN coalesce(any_value(c.blocked_ns), 0)
+                ELSE coalesce(any_value(u.union_ns), 0) END AS wait_ns
+    FROM (SELECT * FROM inst WHERE matched) m
+    LEFT JOIN interval_union_total('wait_spans') u ON u.grp.step = m.step AND u.grp.rank = m.rank
+    LEFT JOIN cpu_blocked c ON c.step = m.step AND c.rank = m.rank
+    GROUP BY m.step, m.rank
 ), complete AS (
     SELECT * FROM per_rank
     QUALIFY count(*) OVER (PARTITION BY step) = (SELECT count(DISTINCT rank) FROM per_rank)

@@ -187,7 +187,7 @@ WHERE o.starts_inside AND (NOT o.whole_run OR o.op_id IN (SELECT op_id FROM star
 --               rank for a time window)
 --   total_pct   total_ns / window_ns x 100
 --   gpu_self_ns, gpu_total_ns, tc_gpu_total_ns   (cpu_op_instances)
---   tensor_core_eligible  is_tensor_core_eligible_op
+--   tensor_core_eligible  is_tensor_core_eligible_op, where the op launched GPU work
 --   window_ns   the step time (window time) of the ranks read; steps: how many steps that holds
 --               (a step window: 1 per rank; a time window: NULL)
 CREATE OR REPLACE MACRO cpu_op_summary(run, t0_ns, t1_ns, only_rank, only_step, by_rank, tc_patterns, tc_ops) AS TABLE
@@ -207,7 +207,8 @@ SELECT p.grp_rank AS rank, p.name, p.calls, p.total_ns::BIGINT AS total_ns, p.se
        100.0 * p.total_ns / nullif(w.window_ns, 0) AS total_pct,
        p.gpu_self_ns::BIGINT AS gpu_self_ns, p.gpu_total_ns::BIGINT AS gpu_total_ns,
        p.tc_gpu_total_ns::BIGINT AS tc_gpu_total_ns,
-       is_tensor_core_eligible_op(p.name, tc_ops) AS tensor_core_eligible,
+       -- a CPU op that ran on the CPU (no GPU work under it) has no tensor cores to be eligible for
+       is_tensor_core_eligible_op(p.name, tc_ops) AND coalesce(p.gpu_total_ns, 0) > 0 AS tensor_core_eligible,
        w.window_ns::BIGINT AS window_ns
 FROM per_name p LEFT JOIN windows w ON w.grp_rank IS NOT DISTINCT FROM p.grp_rank;
 
