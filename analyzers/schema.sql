@@ -198,6 +198,7 @@ CREATE TABLE IF NOT EXISTS memory_timeline (
     action     VARCHAR,              -- preexisting | create | increment_version | destroy
     bytes      BIGINT,               -- negative when memory is released
     category   VARCHAR               -- parameter | optimizer_state | input | temporary | activation | gradient | autograd_detail | unknown
+);
 
 -- The what-if replay of a run's last analysis (analyzers/whatif): run-level figures (measured,
 -- replayed, all fixes, greedy order, critical path by category), each finding's prediction, the
