@@ -2,7 +2,7 @@
 
 Imports no torch: the analyzers import this module to fill a finding's `fixes` list.
 
-A fix's predicate reads a finding's `metrics` and the thresholds (analyzers/thresholds.py, where
+A fix's predicate reads a finding's `metrics` and the thresholds (analyzers/common/thresholds.py, where
 every cut-off lives with its unit and source) and returns the plain reason the fix cannot help,
 or None. `Fix.verdict` turns that into one of three answers:
   applies     nothing rules the fix out and every metric its predicate reads is measured;
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pprint import pformat
 from typing import Any, Callable, Literal, Mapping
 
-from analyzers import thresholds as th
-from analyzers.analyses import analysis_specs
+from analyzers.common import thresholds as th
+from analyzers.analysis.kinds import analysis_specs
 
 EMITTED_METRICS: dict[str, frozenset[str]] = {
     kind: spec.metric_keys for kind, spec in analysis_specs().items()}   # declared by the analyses
@@ -238,7 +238,7 @@ def records(m: Metrics, key: str) -> list[Mapping[str, Any]]:
 
 
 def resolve_thresholds(thresholds: Thresholds | None = None) -> dict[str, float]:
-    """analyzers.thresholds.DEFAULTS with `thresholds` applied (ValueError names an unknown one)."""
+    """analyzers.common.thresholds.DEFAULTS with `thresholds` applied (ValueError names an unknown one)."""
     return th.resolve(thresholds)
 
 

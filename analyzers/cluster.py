@@ -1,7 +1,7 @@
 """Where per-rank tasks run: in this process, or on a Dask distributed cluster.
 
 `python -m analyzers analyze PATH... --cluster ADDRESS` runs each rank's ingest and analyses as
-tasks (analyzers/rank_tasks.py) and the cross-rank work here, on the driver. ADDRESS is a Dask
+tasks (analyzers/execution/rank_tasks.py) and the cross-rank work here, on the driver. ADDRESS is a Dask
 scheduler's address (tcp://host:8786), or local:N to start N worker processes on this machine.
 Dask is imported only when a cluster is asked for (bench/README.md says why Dask, not Ray).
 
@@ -26,7 +26,7 @@ TASK_THREADS_ENV_VAR = "TRACEDOCTOR_TASK_THREADS"
 
 def task_connection():
     """An in-memory store for one task (or a worker's tasks), with the threads its worker may use."""
-    from analyzers.store import connect
+    from analyzers.store.database import connect
 
     con = connect(":memory:")
     threads = os.environ.get(TASK_THREADS_ENV_VAR, "")

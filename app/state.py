@@ -33,11 +33,12 @@ import duckdb
 import pandas as pd
 import streamlit as st
 
-from analyzers import partitions, queries
-from analyzers.safe_text import page_markdown as md
-from analyzers import runs as run_store
-from analyzers.model import FileError
-from analyzers.store import StoreBusy, connect_waiting, default_db_path
+from analyzers.store import partitions
+from analyzers.read import queries
+from analyzers.common.safe_text import page_markdown as md
+from analyzers.store import runs as run_store
+from analyzers.common.model import FileError
+from analyzers.store.database import StoreBusy, connect_waiting, default_db_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES_ENV_VAR = "TRACEDOCTOR_SAMPLES"   # manifest to load on start; "" or "none" loads nothing
@@ -260,15 +261,15 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
     """Ingest the files, one run per job they come from (usually one; analyzers.ingest.ingest_jobs),
     and analyse each, under the write lock; audit (action, actor, detail) is recorded in the
     store's audit log with each run it gave. progress: told every file, rank and analysis stage
-    (analyzers/progress.py), with job=(i, n) when the files held several jobs.
+    (analyzers/common/progress.py), with job=(i, n) when the files held several jobs.
 
     Returns one dict per job: {"run_id", "name", "reused", "files", "errors", "warnings" (lists of
     {"file", "error"}), "findings" (count), "analysis_error" (str or None)}.
     """
     from analyzers.cluster import CLUSTER_ENV_VAR, executor
-    from analyzers.findings import analyze_run
+    from analyzers.execution.pipeline import analyze_run
     from analyzers.ingest import ingest_jobs
-    from analyzers.progress import teller
+    from analyzers.common.progress import teller
 
     tell = teller(progress)
     outcomes = []
@@ -318,7 +319,7 @@ def load_placement(show_paths: bool = True) -> str | None:
 
 def reanalyze(run_id: str) -> None:
     from analyzers.cluster import CLUSTER_ENV_VAR, executor
-    from analyzers.findings import analyze_run
+    from analyzers.execution.pipeline import analyze_run
 
     address = os.environ.get(CLUSTER_ENV_VAR) or None
     with lease().write_lock, executor(address if partitions.locations(cur(), run_id) else None) as engine:
@@ -327,7 +328,7 @@ def reanalyze(run_id: str) -> None:
 
 
 def write(action: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run one analyzers.runs mutation (rename, tags, notes, marks, delete, restore) under the
+    """Run one analyzers.store.runs mutation (rename, tags, notes, marks, delete, restore) under the
     write lock; kwargs carry the actor the store's audit log records."""
     with lease().write_lock:
         return action(cur(), *args, **kwargs)
@@ -364,7 +365,7 @@ def _load_samples(path: str, manifest: str | None) -> list[FileError]:
     except ImportError as exc:  # a checkout without the ingest module still opens
         return [FileError(manifest, f"cannot load samples: {exc}")]
     try:
-        from analyzers.findings import analyze_run
+        from analyzers.execution.pipeline import analyze_run
     except ImportError as exc:
         analyze_run = None
         problems.append(FileError(manifest, f"samples loaded without findings: {exc}"))
@@ -425,7 +426,7 @@ def list_runs() -> list[dict[str, Any]]:
 def code_version() -> str:
     """The analysis version of this code (the SQL library among it): a part of every cache key,
     so results computed by other SQL are not served after the code changed under a running server."""
-    from analyzers.findings import analysis_version
+    from analyzers.analysis.version import analysis_version
 
     return analysis_version()
 
@@ -454,7 +455,7 @@ def rank_breakdown(path: str, run_id: str) -> pd.DataFrame:
 
 @st.cache_data(show_spinner="Summarising the ranks of this run…", max_entries=64)
 def _rank_summary(path: str, run_id: str, version: str) -> pd.DataFrame:
-    from analyzers.metrics import rank_summary as summary
+    from analyzers.analysis.metrics import rank_summary as summary
 
     return pd.DataFrame(summary(cur(), run_id))
 
@@ -591,7 +592,7 @@ def ensure_analysed(run_id: str) -> None:
     """Analyse a run whose findings are not this version's: one ingested with the CLI's `ingest`
     (which only loads), or analysed by an older TraceDoctor whose findings would be shown as
     current. A failure is shown, and the page goes on with what is stored."""
-    from analyzers.findings import analysis_is_current
+    from analyzers.read.stored import analysis_is_current
 
     failed = st.session_state.setdefault("_analysis_failed", {})
     if run_id in failed:   # tried once in this session: say so again rather than redo it on every click

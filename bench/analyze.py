@@ -32,10 +32,10 @@ import ingest as bench_ingest  # noqa: E402  (bench/ingest.py: the shared input 
 
 def _child_tracedoctor(folder: str, memory_limit: str | None) -> dict:
     sys.path.insert(0, str(REPO))
-    from analyzers.findings import analyze_run
+    from analyzers.execution.pipeline import analyze_run
     from analyzers.ingest import ingest_paths
-    from analyzers.metrics import rank_summary
-    from analyzers.store import connect
+    from analyzers.analysis.metrics import rank_summary
+    from analyzers.store.database import connect
 
     with tempfile.TemporaryDirectory() as tmp:
         con = connect(Path(tmp) / "bench.duckdb")

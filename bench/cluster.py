@@ -69,10 +69,10 @@ def _sample_rss(stop: threading.Event, peaks: dict) -> None:
 def _child(mode: str, folder: str, workers: int) -> dict:
     sys.path.insert(0, str(REPO))
     from analyzers.cluster import executor
-    from analyzers.findings import analyze_run
+    from analyzers.execution.pipeline import analyze_run
     from analyzers.ingest import ingest_paths
-    from analyzers.report import build_report
-    from analyzers.store import connect
+    from analyzers.read.report import build_report
+    from analyzers.store.database import connect
 
     peaks: dict = {}
     stop = threading.Event()

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from analyzers.findings import ANALYSIS_VERSION
-from analyzers.store import connect
+from analyzers.analysis.version import ANALYSIS_VERSION
+from analyzers.store.database import connect
 
 MS = 1_000_000  # ns
 

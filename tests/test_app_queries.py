@@ -1,12 +1,12 @@
-"""analyzers.queries on hand-built runs whose every number is known (see test_app_helpers)."""
+"""analyzers.read.queries on hand-built runs whose every number is known (see test_app_helpers)."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from analyzers import queries
-from analyzers.store import connect
+from analyzers.read import queries
+from analyzers.store.database import connect
 from test_app_helpers import AFTER_RUN, BEFORE_RUN, MS, add_event, fill_after_run, fill_before_run
 
 
@@ -117,7 +117,7 @@ def test_collectives_busbw_factor_for_all_gather(con):
 
 
 def test_findings_come_costliest_first_with_their_marks(con):
-    from analyzers.runs import set_mark
+    from analyzers.store.runs import set_mark
 
     set_mark(con, BEFORE_RUN, "comm_exposed:r0", "to_fix", "try bucket_cap_mb=100")
     found = queries.findings(con, BEFORE_RUN)

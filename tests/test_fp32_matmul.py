@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from analysis_support import hand_written_store
-from analyzers.findings import computed_finding_contract
-from analyzers.analyses.fp32_matmul import short_name, tensor_cores, tf32_capable
-from analyzers.findings import run_analyses
+from analyzers.execution.fixes import computed_finding_contract
+from analyzers.analysis.kinds.fp32_matmul import short_name, tensor_cores, tf32_capable
+from analyzers.execution.pipeline import run_analyses
 from test_launch_gap import US, ev, launch
 
 SIMT = ["volta_sgemm_128x64_nn",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from accel import registry
 from analysis_support import hand_written_store
-from analyzers.findings import analyze_run
+from analyzers.execution.pipeline import analyze_run
 from test_launch_gap import synthetic_events
 
 GELU = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&)>"
@@ -52,5 +52,5 @@ def test_the_triton_fusion_is_ruled_out_without_a_chain_and_listed_after_the_fix
 
 
 def test_stored_fix_order_follows_the_verdicts_read_back():
-    from analyzers.findings import order_fixes
+    from analyzers.execution.fixes import order_fixes
     assert order_fixes(["a", "b", "c", "d"], {"a": "no"}, {"b": "?"}) == ["c", "d", "b", "a"]

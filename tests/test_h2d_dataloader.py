@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from analyzers.findings import analyze_run, run_analyses
+from analyzers.execution.pipeline import analyze_run, run_analyses
 from analyzers.ingest import ingest_paths
-from analyzers.metrics import rank_summary
-from analyzers.store import connect
+from analyzers.analysis.metrics import rank_summary
+from analyzers.store.database import connect
 
 
 @pytest.fixture(scope="module")

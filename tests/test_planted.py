@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from analyzers.findings import analysis_modules, analyze_run
+from analyzers.analysis.kinds import analysis_modules
+from analyzers.execution.pipeline import analyze_run
 from analyzers.ingest import ingest_paths
-from analyzers.store import connect
+from analyzers.store.database import connect
 from sample_traces.synthesize import synthesize
 
 COST_TOLERANCE = 0.15      # the task's bar: within 15% of the planted cost

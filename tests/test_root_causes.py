@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from analyzers.findings import analyze_run
+from analyzers.execution.pipeline import analyze_run
 from analyzers.ingest import ingest_paths
-from analyzers.model import Finding
-from analyzers.queries import findings as stored_findings
-from analyzers.queries import run_costs as stored_costs
-from analyzers.root_causes import group_across_ranks, link_consequences, run_costs
-from analyzers.store import connect
+from analyzers.common.model import Finding
+from analyzers.read.queries import findings as stored_findings
+from analyzers.read.queries import run_costs as stored_costs
+from analyzers.analysis.root_causes import group_across_ranks, link_consequences, run_costs
+from analyzers.store.database import connect
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces"
@@ -170,7 +170,7 @@ def test_costs_never_add_up_past_the_step(paths):
 
 
 def test_fix_verdicts_follow_the_thresholds_the_run_was_analysed_with(tmp_path):
-    from analyzers.findings import fix_verdicts
+    from analyzers.execution.fixes import fix_verdicts
     from sample_traces.synthesize import synthesize
 
     metrics = {"syncs_per_step": 3.0}
@@ -187,7 +187,7 @@ def test_fix_verdicts_follow_the_thresholds_the_run_was_analysed_with(tmp_path):
 
 
 def test_trace_without_gpu_rules_out_cuda_fixes_and_one_rank_rules_out_multi_rank_fixes():
-    from analyzers.findings import fix_verdicts
+    from analyzers.execution.fixes import fix_verdicts
 
     ruled_out, _ = fix_verdicts("dataloader_stall", ["cuda_prefetcher", "dataloader_tuning"], {},
                                 {"has_gpu": False, "ranks": 1})
@@ -197,7 +197,7 @@ def test_trace_without_gpu_rules_out_cuda_fixes_and_one_rank_rules_out_multi_ran
 
 
 def test_review_marks_on_per_rank_findings_of_older_versions_move_to_the_root_cause(tmp_path):
-    from analyzers.runs import set_mark
+    from analyzers.store.runs import set_mark
     from sample_traces.synthesize import synthesize
 
     truth = synthesize(tmp_path, "launch_bound", steps=3, seed=2)

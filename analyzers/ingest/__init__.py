@@ -12,7 +12,7 @@ rank parsed as a task of `runner` (analyzers/cluster.py; default this process). 
 are parsed by DuckDB itself from byte ranges of the files (never as Python objects); gzip and
 archive members are inflated straight into such ranges in a private temp directory
 ($TRACEDOCTOR_TMPDIR, else the system temp dir) under the caps in `Limits`. progress(stage, file,
-fraction[, **details]) is told each file read, parsed and stored (analyzers/progress.py). Files
+fraction[, **details]) is told each file read, parsed and stored (analyzers/common/progress.py). Files
 of several unrelated jobs (jobs.py) are refused by ingest_paths and split into one run per job by
 ingest_jobs. Identical files ingested again return the stored run with
 reused=True. Temp directories a killed ingest or dashboard left behind are swept at the start of

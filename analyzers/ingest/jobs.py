@@ -13,13 +13,12 @@ declared job of its time group whose folder holds it; the others of a time group
 from __future__ import annotations
 
 import os
-import re
-import statistics
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import PurePosixPath
 from typing import Any
 
+from .sources import default_name
 from .ranks import base_time_ns, declared_rank, declared_world_size, rank_from_name, utf8_text
 
 # Ranks of one job run the same profiled steps, held in step by their collectives, so their first
@@ -27,9 +26,6 @@ from .ranks import base_time_ns, declared_rank, declared_world_size, rank_from_n
 # training step we know yet far below the days between separate jobs' traces. TraceDoctor's
 # choice, in µs as traces write ts.
 JOB_START_GAP_US = 300 * 1_000_000
-# Bytes read from the head of the event list to date a file (a few hundred events).
-_HEAD_SAMPLE_BYTES = 1 << 16
-_TS = re.compile(rb'"ts"\s*:\s*(-?\d+(?:\.\d+)?)')
 _EPOCH_MIN_US = 10**15          # ts this large is microseconds since 1970 (2001 on): printable as a date
 
 
@@ -46,30 +42,6 @@ class Job:
     members: list[int]           # indexes into the files given to group_jobs, in input order
     label: str                   # its folder, else its first file's name
     description: str             # label, file count, what sets it apart
-
-
-def head_start_us(path: str | None, parts: tuple[str, ...], events_start: int) -> float | None:
-    """The median ts of the first events of a file (a few non-timed metadata events with ts 0
-    do not move a median); None when the head holds no timestamp or cannot be read."""
-    try:
-        if parts:
-            with open(parts[0], "rb") as fh:
-                sample = fh.read(_HEAD_SAMPLE_BYTES)
-        elif path is not None:
-            with open(path, "rb") as fh:
-                fh.seek(events_start)
-                sample = fh.read(_HEAD_SAMPLE_BYTES)
-        else:
-            return None
-    except OSError:
-        return None
-    return sample_start_us(sample)
-
-
-def sample_start_us(sample: bytes) -> float | None:
-    """head_start_us of the first bytes of an event list (a compressed file's, read by inflating its start)."""
-    values = [float(v) for v in _TS.findall(sample[:_HEAD_SAMPLE_BYTES])]
-    return statistics.median(values) if values else None
 
 
 def clock_start_us(meta: dict[str, Any], head_start: float | None) -> float | None:
@@ -155,8 +127,6 @@ def _split_repeated_ranks(files: list[JobFile], members: list[int]) -> list[list
 def _labels(groups: list[list[JobFile]]) -> list[str]:
     """Each job's folder (the deepest folder holding all its files), else its first file's name
     without trace suffixes; made unique with " (2)", " (3)" when two jobs would share one."""
-    from .core import default_name
-
     labels = []
     for members in groups:
         folders = [str(PurePosixPath(f.where.replace("\\", "/")).parent) for f in members if f.where]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analyzers import queries
+from analyzers.read import queries
 from app import charts, run_pairs, state, ui
 
 st.title("Compare runs")
@@ -128,7 +128,7 @@ ui.table(kinds.assign(kind=[ui.kind_title(k) for k in kinds["kind"]]),
 st.caption("Cost per kind = the time that kind's root cause loses per step (one finding per cause, its worst rank; "
            "a consequence such as a straggler's wait explained by its own stall is not added); % = its share of the step.")
 
-# --- per kernel / op diff (analyzers.queries.operator_diff; HTA's TraceDiff per name) ---
+# --- per kernel / op diff (analyzers.read.queries.operator_diff; HTA's TraceDiff per name) ---
 st.subheader("Top changed kernels and ops")
 
 

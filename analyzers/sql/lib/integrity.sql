@@ -1,6 +1,6 @@
 -- requires: lib/steps.sql lib/gpu_activity.sql lib/collectives.sql lib/rank_balance.sql
 -- Trace integrity: what in a trace makes some figures unreliable or would fake a finding, each
--- read by analyzers/integrity.py into one plain-words note. Trace text (kernel names, log lines)
+-- read by analyzers/analysis/integrity.py into one plain-words note. Trace text (kernel names, log lines)
 -- comes out as values, never into SQL.
 
 

@@ -51,7 +51,7 @@ WITH step_windows AS (
 ), comm_args AS (
     -- the process group is in the kernel's args, which collectives() does not carry
     -- (read from gpu_activity: its kernels are these events, and a cached gpu_activity
-    -- (sqlrun.run_cache) saves scanning every kernel's args again)
+    -- (sql.engine.run_cache) saves scanning every kernel's args again)
     SELECT e.rank, e.correlation, e.start_ns,
            json_extract_string(e.args, '$."Process Group Name"') AS pg
     FROM gpu_activity(run) e
@@ -177,7 +177,7 @@ WHERE in_a;
 
 
 -- rank_gpu_work(run, host_blocked_min_ns): rank_balance's GPU figures of each rank with counted GPU
--- activity, from that rank's events alone (sqlrun.run_cache computes it rank by rank), in ns over
+-- activity, from that rank's events alone (sql.engine.run_cache computes it rank by rank), in ns over
 -- the whole trace: span_ns, compute_ns, comm_ns, exposed_ns, held_ns (NULL where it has none).
 CREATE OR REPLACE MACRO rank_gpu_work(run, host_blocked_min_ns) AS TABLE
 WITH act AS MATERIALIZED (

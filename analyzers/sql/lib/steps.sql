@@ -23,7 +23,7 @@ GROUP BY run_id, rank, step;
 
 
 -- profiler_step_names(run): how many distinct ProfilerStep#N numbers the whole run has (one row),
--- the run-wide fact gpu_activity's HTA step rule reads (sqlrun.run_cache keeps it for rank passes).
+-- the run-wide fact gpu_activity's HTA step rule reads (sql.engine.run_cache keeps it for rank passes).
 CREATE OR REPLACE MACRO profiler_step_names(run) AS TABLE
 SELECT count(DISTINCT step) AS n_step_names FROM profiler_steps(run);
 

@@ -2,7 +2,7 @@
 -- Operator and kernel views: top CPU ops, GPU kernels and module scopes by time, what the PyTorch
 -- Profiler TensorBoard plugin's Operator and Kernel views showed, and their diff between two runs
 -- (HTA's TraceDiff). The dashboard's "Operators & kernels" page, Compare and `python -m analyzers
--- top` read these (analyzers/queries.py).
+-- top` read these (analyzers/read/queries.py).
 --
 -- Every view covers a window, the same parameters throughout:
 --   only_rank   a rank, or NULL for every rank

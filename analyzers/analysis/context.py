@@ -1,0 +1,169 @@
+"""AnalysisContext: what every analysis needs to know about a run (per-rank steps, thresholds,
+whether it has GPU activity) and the plain-words caveats about what the analyses could look at.
+
+Cost is one unit everywhere: GPU time lost per step (ns), and that time as a % of the rank's mean
+step time (`cost_pct`). Severity follows cost_pct (thresholds.severity: >= 20% high, >= 10%
+medium, else low).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import duckdb
+
+from analyzers.analysis.metrics import rank_breakdown_rows
+from analyzers.common import thresholds as th
+from analyzers.common.contract import clip_strings
+from analyzers.common.model import Finding
+from analyzers.common.safe_text import SUMMARY_LIMIT, clip
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """What every analysis needs to know about one rank to cost a finding."""
+    rank: int
+    n_steps: int              # steps (ProfilerStep windows, else inferred iterations; 0 = none)
+    steps_divisor: int        # n_steps, or 1 when there are none: totals / this = per step
+    mean_step_ns: float | None  # mean step time; the GPU span without steps; None if neither
+    has_gpu: bool
+
+
+@dataclass
+class AnalysisContext:
+    run_id: str
+    thresholds: dict[str, float]
+    ranks: dict[int, RankInfo]
+    notes: list[str] = field(default_factory=list)
+    cache: dict[Any, Any] = field(default_factory=dict)   # query results analyses share
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(r.has_gpu for r in self.ranks.values())
+
+    def gpu_ranks(self) -> list[int]:
+        return sorted(r.rank for r in self.ranks.values() if r.has_gpu)
+
+    def cost_pct(self, rank: int | None, cost_ns: float) -> float:
+        """cost_ns as % of the rank's mean step time (of the mean over ranks when rank is None)."""
+        if rank is not None and rank in self.ranks:
+            step = self.ranks[rank].mean_step_ns
+        else:
+            known = [r.mean_step_ns for r in self.ranks.values() if r.mean_step_ns]
+            step = sum(known) / len(known) if known else None
+        return 100.0 * cost_ns / step if step else 0.0
+
+    def make(self, kind: str, finding_id: str, *, rank: int | None, cost_ns: float, summary: str,
+             metrics: Mapping[str, Any] | None = None, step: int | None = None,
+             stream: int | None = None, t_start_ns: int | None = None,
+             t_end_ns: int | None = None) -> Finding:
+        """A Finding with cost_pct and severity filled in from the shared rules."""
+        pct = self.cost_pct(rank, cost_ns)
+        return Finding(finding_id=finding_id, kind=kind, severity=th.severity(pct, self.thresholds),
+                       rank=rank, step=step, stream=stream, t_start_ns=t_start_ns, t_end_ns=t_end_ns,
+                       cost_ns=int(round(cost_ns)), cost_pct=round(pct, 3),
+                       # trace names (op, kernel, call names) inside are clipped where they enter
+                       summary=clip(summary, SUMMARY_LIMIT), metrics=clip_strings(_jsonable(dict(metrics or {}))))
+
+
+def _jsonable(value: Any) -> Any:
+    """Metrics must survive json.dumps: numpy/decimal scalars to float, tuples to lists."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def build_context(con: duckdb.DuckDBPyConnection, run_id: str,
+                  thresholds: Mapping[str, Any] | None = None) -> AnalysisContext:
+    rows = rank_breakdown_rows(con, run_id)
+    ranks = {
+        row["rank"]: RankInfo(rank=row["rank"], n_steps=row["n_steps"], steps_divisor=row["steps_divisor"],
+                              mean_step_ns=row["mean_step_ns"], has_gpu=row["gpu_events"] > 0)
+        for row in rows
+    }
+    ctx = AnalysisContext(run_id=run_id, thresholds=th.resolve(thresholds), ranks=ranks)
+    left_out = set()
+    if any(not r.has_gpu for r in ranks.values()) and any(r.n_steps for r in ranks.values()):
+        # GPU work is counted only when launched inside the rank's steps (HTA's rule), so a
+        # rank with GPU work but no steps, in a run whose other ranks have steps, counts none
+        left_out = {row[0] for row in con.execute(
+            "SELECT DISTINCT rank FROM events WHERE run_id = ? AND kind IN ('kernel', 'memcpy', 'memset')",
+            [run_id]).fetchall()}
+    # ranks whose steps were inferred from a repeating marker (lib/steps.sql inferred_steps)
+    inferred = {rank: InferredSteps(source, marker, count) for rank, source, marker, count in con.execute(
+        "SELECT rank, any_value(source), any_value(marker), count(*) FROM steps(?) "
+        "WHERE source <> 'profiler_step' GROUP BY rank", [run_id]).fetchall()}
+    ctx.notes.extend(run_notes_from_ranks(ranks, left_out, inferred))
+    return ctx
+
+
+@dataclass(frozen=True)
+class InferredSteps:
+    """How a rank without ProfilerStep ranges got its steps (lib/steps.sql inferred_steps)."""
+    source: str     # 'inferred:dataloader' | 'inferred:optimizer' | 'inferred:op'
+    marker: str     # the repeating event's name
+    count: int      # iterations counted as steps (start-up iterations excluded)
+
+    def describe(self) -> str:
+        """The marker in plain words, e.g. "DataLoader.__next__"."""
+        if self.source == "inferred:dataloader":
+            return "DataLoader.__next__"
+        if self.source == "inferred:optimizer":
+            return clip(self.marker)      # trace text: clipped where it enters a note
+        return f"the top-level op {clip(self.marker)}"
+
+
+def run_notes_from_ranks(ranks: Mapping[int, RankInfo], gpu_work_ranks: set[int] = frozenset(),
+                         inferred: Mapping[int, InferredSteps] | None = None) -> list[str]:
+    """Plain-words caveats about what the analyses could look at. gpu_work_ranks: ranks with
+    GPU events at all (counted or not); a rank in it without counted activity had its work left out.
+    inferred: the ranks without ProfilerStep ranges whose steps were inferred, and how."""
+    notes = []
+    inferred = inferred or {}
+    no_counted = sorted(r.rank for r in ranks.values() if not r.has_gpu)
+    left_out = [r for r in no_counted if r in gpu_work_ranks]
+    cpu_only = [r for r in no_counted if r not in gpu_work_ranks]
+    if ranks and len(cpu_only) == len(ranks):
+        notes.append("The trace has no GPU activity (no kernels, copies or memsets): the GPU analyses (idle "
+                     "time, launch gaps, copies, FP32 matmuls) were skipped; the data loader, rank balance and "
+                     "communication are measured on the host (time the training thread waits).")
+    elif cpu_only:
+        notes.append(f"Rank(s) {', '.join(map(str, cpu_only))} have no GPU activity; GPU analyses "
+                     "skipped them.")
+    if left_out:
+        notes.append(f"Rank(s) {', '.join(map(str, left_out))} have GPU work but no ProfilerStep#N ranges while "
+                     "other ranks have them: only GPU work launched inside the profiled steps counts (HTA's "
+                     "rule), so GPU analyses skipped them. Profile every rank with the same schedule.")
+    inferred_ranks = sorted(r for r in inferred if r in ranks and r not in left_out)
+    if inferred_ranks:
+        # ranks inferred alike share one clause: "ranks 0, 1: 11 iterations from DataLoader.__next__"
+        alike: dict[tuple[int, str], list[int]] = {}
+        for rank in inferred_ranks:
+            alike.setdefault((inferred[rank].count, inferred[rank].describe()), []).append(rank)
+        how = "; ".join(f"rank{'s' if len(group) > 1 else ''} {', '.join(map(str, group))}: {count} "
+                        f"iteration{'s' if count != 1 else ''} inferred from {marker}"
+                        for (count, marker), group in alike.items())
+        notes.append(f"Rank(s) {', '.join(map(str, inferred_ranks))} have no ProfilerStep#N ranges: steps are "
+                     f"the iterations where the trace repeats ({how}), each from one occurrence to the next. "
+                     "Start-up is not counted: what comes before the second occurrence (CUDA context, lazy "
+                     "loading, the first batch), nor the iterations right after it that still take over twice "
+                     "the median; costs are per inferred iteration.")
+    no_steps = sorted(r.rank for r in ranks.values()
+                      if r.n_steps == 0 and r.rank not in left_out and r.rank not in inferred)
+    if no_steps:
+        notes.append(f"Rank(s) {', '.join(map(str, no_steps))} have no ProfilerStep#N ranges and nothing in them "
+                     "repeats to infer iterations from: costs there are per whole trace (treated as one step), "
+                     "not per step.")
+    return notes
+
+
+def run_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """The notes analyze_run would produce for a stored run (for reports)."""
+    return build_context(con, run_id).notes

@@ -1,0 +1,89 @@
+"""analyzers/ is layered (pyproject.toml [tool.importlinter]): each layer imports only those below it,
+no module imports itself back through others, the analysis never imports accel, app, dask or torch.
+A change that breaks a contract fails here, with lint-imports' report."""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_import_contracts_hold():
+    pytest.importorskip("importlinter")
+    result = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports; "
+                             "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True))"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "0 broken" in result.stdout
+
+
+def test_no_module_imports_itself_back():
+    """No import cycle between modules of analyzers/, lazy (function-level) imports included."""
+    grimp = pytest.importorskip("grimp")
+    with contextlib.redirect_stdout(io.StringIO()):
+        sys.path.insert(0, str(REPO))
+        try:
+            graph = grimp.build_graph("analyzers", cache_dir=None)
+        finally:
+            sys.path.remove(str(REPO))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:     # Tarjan's strongly connected components
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in graph.modules:
+                continue
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    assert cycles == [], f"import cycles: {cycles}"
+
+
+def test_no_private_name_crosses_a_module():
+    """A module's _names are its own: no other module of analyzers/, app/ or accel/ imports them
+    (what two modules share gets a public name)."""
+    import ast
+
+    offenders = []
+    for folder in ("analyzers", "app", "accel"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                    if node.level == 0 and not (node.module or "").startswith(("analyzers", "accel", "app")):
+                        continue
+                    for alias in node.names:
+                        if alias.name.startswith("_") and not alias.name.startswith("__"):
+                            offenders.append(f"{path.relative_to(REPO)}:{node.lineno} imports {alias.name}")
+    assert offenders == []
