@@ -287,7 +287,7 @@ class Fix:
 
     @property
     def demo(self) -> str:
-        return f"python -m accel.demo {self.id} --out DIR"
+        return demo_command(self.id)
 
     def snippet_for(self, metrics: Metrics | None = None) -> str:
         """The snippet as a finding's page shows it: when it reads `metrics`, a first line defines
@@ -907,20 +907,38 @@ def get(fix_id: str) -> Fix:
         raise KeyError(f"unknown fix {fix_id!r}; known: {', '.join(FIXES)}") from None
 
 
-def fixes_for(kind: str, metrics: Metrics | None = None, thresholds: Thresholds | None = None) -> list[str]:
-    """Fix ids addressing `kind`: those that apply, then unknown ones, then those ruled out, each
-    part ranked by fit (best first).
+def demo_command(fix_id: str) -> str:
+    """The command that profiles a fix's demo before and after (accel/demo.py)."""
+    return f"python -m accel.demo {fix_id} --out DIR"
+
+
+def ranked_fixes(kind: str, metrics: Metrics | None = None, thresholds: Thresholds | None = None,
+                 unmet: Callable[[Fix], str | None] | None = None) -> list[tuple[str, Verdict]]:
+    """[(fix id, its Verdict)] for the fixes addressing `kind`, best first: those that apply, then
+    the unknown ones, then those ruled out, each part ranked by fit (then registry order). unmet:
+    why the trace cannot use a fix (it needs CUDA or several ranks the trace lacks) or None; such a
+    fix is ruled out for that reason, after those the metrics alone rule out.
 
     Fixes ruled out stay listed (the user may know better than the metrics), so the list is empty
-    only for kinds no fix addresses.
+    only for kinds no fix addresses. The one ordering of fixes: the CLI, reports and pages read it.
     """
     resolved = resolve_thresholds(thresholds)
     order = {fix_id: i for i, fix_id in enumerate(FIXES)}
-    candidates = [fix for fix in FIXES.values() if kind in fix.addresses]
-    status = {fix.id: fix.verdict(metrics, kind=kind, thresholds=resolved).status for fix in candidates}
-    candidates.sort(key=lambda fix: (STATUS_ORDER[status[fix.id]], -fix.fit_for(kind, metrics, resolved),
-                                     order[fix.id]))
-    return [fix.id for fix in candidates]
+    judged = []
+    for fix in FIXES.values():
+        if kind not in fix.addresses:
+            continue
+        by_metrics = fix.verdict(metrics, kind=kind, thresholds=resolved)
+        reason = unmet(fix) if unmet is not None else None
+        judged.append((fix, by_metrics, reason, Verdict(RULED_OUT, reason) if reason else by_metrics))
+    judged.sort(key=lambda j: (STATUS_ORDER[j[3].status], j[2] is not None, STATUS_ORDER[j[1].status],
+                               -j[0].fit_for(kind, metrics, resolved), order[j[0].id]))
+    return [(fix.id, shown) for fix, _, _, shown in judged]
+
+
+def fixes_for(kind: str, metrics: Metrics | None = None, thresholds: Thresholds | None = None) -> list[str]:
+    """The ids of ranked_fixes, best first (judged on the metrics alone)."""
+    return [fix_id for fix_id, _ in ranked_fixes(kind, metrics, thresholds)]
 
 
 def verdicts(fix_ids: list[str], metrics: Metrics | None, *, kind: str | None = None,

@@ -383,7 +383,7 @@ def test_findings_beyond_the_third_are_folded(hand_built, monkeypatch):
 
     con = connect(hand_built)
     for i, cost in enumerate((1.5, 1.0, 0.5)):
-        add_finding(con, BEFORE_RUN, f"h2d_stall:r0:{i}", "h2d_stall", cost, cost * 10, fixes=("cuda_prefetcher",))
+        add_finding(con, BEFORE_RUN, f"h2d_stall:r0:{i}", "h2d_stall", cost, cost * 10)
     con.close()
     at = goto(open_app(monkeypatch, hand_built, run_id=BEFORE_RUN), "views/findings.py")
     labels = [plain(e.label) for e in at.expander]

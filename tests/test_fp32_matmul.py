@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from analysis_support import hand_written_store
-from analyzers.execution.fixes import computed_finding_contract
+from analyzers.read.fixes import computed_finding_contract
 from analyzers.analysis.kinds.fp32_matmul import short_name, tensor_cores, tf32_capable
 from analyzers.execution.pipeline import run_analyses
 from test_launch_gap import US, ev, launch
@@ -145,7 +145,7 @@ def test_fp32_left_over_where_tf32_already_runs_is_not_sent_to_tf32():
     con.close()
     assert f.metrics["tf32_in_use"] is True and f.metrics["tf32_capable"] is True
     assert "TF32 is already on here" in f.summary
-    assert f.fix_ids == ["amp_autocast", "tf32_matmul"]
+    assert computed_finding_contract(f)["fixes"] == ["amp_autocast", "tf32_matmul"]
     assert "already on" in computed_finding_contract(f)["fixes_ruled_out"]["tf32_matmul"]
 
 

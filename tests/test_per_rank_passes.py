@@ -9,7 +9,7 @@ import pytest
 
 from analyzers.common import thresholds as th
 from analyzers.execution.pipeline import analyze_root_causes
-from analyzers.execution.fixes import computed_finding_contract
+from analyzers.read.fixes import computed_finding_contract
 from analyzers.ingest import ingest_paths
 from analyzers.sql.engine import VIEW_THRESHOLDS, ACROSS_RANK_VIEWS, RANK_VIEWS, ensure_loaded, run_cache
 from analyzers.store.database import connect

@@ -189,8 +189,9 @@ def test_every_sample_finding_gets_a_verdict_from_metrics_its_kind_declares(samp
     assert findings
     for finding in findings:
         assert set(finding.metrics) <= analysis_specs()[finding.kind].metric_keys | ACROSS_RANKS_METRIC_KEYS, finding.kind
-        verdicts = registry.verdicts(finding.fix_ids, finding.metrics, kind=finding.kind)
-        assert list(verdicts) == finding.fix_ids
+        fix_ids = registry.fixes_for(finding.kind, finding.metrics)
+        verdicts = registry.verdicts(fix_ids, finding.metrics, kind=finding.kind)
+        assert list(verdicts) == fix_ids
         for fix_id, verdict in verdicts.items():
             assert "could not be checked" not in verdict.reason, (finding.kind, fix_id, verdict)
             assert verdict == registry.get(fix_id).verdict(finding.metrics)     # kind inferred alike

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from analyzers.execution.fixes import computed_finding_contract
+from analyzers.read.fixes import computed_finding_contract
 from analyzers.execution.pipeline import analyze_run
 from analyzers.common.model import FileError
 from analyzers.read.report import build_report, render_html, render_markdown
@@ -212,18 +212,17 @@ TICKET = "https://jira.example.com/browse/TD-1_2?q=a&b=*x*~y%20z#c(3)"   # every
 
 def _hand_report(note: str | None = None, run_name: str = "r") -> dict:
     """A report of a straggler and the comm wait it causes, the first marked for fixing."""
-    from analyzers.execution.fixes import computed_finding_contract
+    from analyzers.read.fixes import computed_finding_contract
     from analyzers.common.model import Finding
 
     cause = Finding(kind="rank_imbalance", severity="high", rank=3, step=1, stream=None, t_start_ns=0, t_end_ns=10,
                     cost_ns=6.2e6, cost_pct=20.0,
                     summary="Rank 3 is the straggler.", finding_id="rank_imbalance",
-                    metrics={"imbalance_source": "input", "shapes_compared": True, "shape_differs": True},
-                    fix_ids=["balanced_sampler"])
+                    metrics={"imbalance_source": "input", "shapes_compared": True, "shape_differs": True})
     effect = Finding(kind="comm_exposed", severity="medium", rank=0, step=1, stream=None, t_start_ns=0, t_end_ns=10,
                      cost_ns=3e6, cost_pct=10.0,
                      summary="Ranks wait in all-reduce.", finding_id="comm_exposed:r0",
-                     metrics={"mean_msg_bytes": 1024, "collectives_per_step": 48}, fix_ids=["ddp_bucket_tuning"],
+                     metrics={"mean_msg_bytes": 1024, "collectives_per_step": 48},
                      caused_by="rank_imbalance")
     findings = [computed_finding_contract(f, {"has_gpu": True, "ranks": 4}) for f in (cause, effect)]
     findings[0]["review"] = {"status": "to_fix", "note": note}

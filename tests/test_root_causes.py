@@ -170,15 +170,13 @@ def test_costs_never_add_up_past_the_step(paths):
 
 
 def test_fix_verdicts_follow_the_thresholds_the_run_was_analysed_with(tmp_path):
-    from analyzers.execution.fixes import fix_verdicts
+    from analyzers.read.fixes import choose_fixes
     from sample_traces.synthesize import synthesize
 
     metrics = {"syncs_per_step": 3.0}
-    ruled_out, _ = fix_verdicts("launch_gap", ["cuda_graph"], metrics)
-    assert "cuda_graph" in ruled_out                      # 3 syncs per step: over the default 2
-    ruled_out, _ = fix_verdicts("launch_gap", ["cuda_graph"], metrics,
-                                {"thresholds": {"CUDA_GRAPH_MAX_SYNCS_PER_STEP": 10}})
-    assert "cuda_graph" not in ruled_out
+    assert "cuda_graph" in choose_fixes("launch_gap", metrics).ruled_out     # 3 syncs per step: over the default 2
+    assert "cuda_graph" not in choose_fixes("launch_gap", metrics,
+                                            {"thresholds": {"CUDA_GRAPH_MAX_SYNCS_PER_STEP": 10}}).ruled_out
     truth = synthesize(tmp_path, "launch_bound", steps=3, seed=2)
     con = connect(":memory:")
     run_id = ingest_paths(con, truth["files"]).run_id
@@ -187,12 +185,11 @@ def test_fix_verdicts_follow_the_thresholds_the_run_was_analysed_with(tmp_path):
 
 
 def test_trace_without_gpu_rules_out_cuda_fixes_and_one_rank_rules_out_multi_rank_fixes():
-    from analyzers.execution.fixes import fix_verdicts
+    from analyzers.read.fixes import choose_fixes
 
-    ruled_out, _ = fix_verdicts("dataloader_stall", ["cuda_prefetcher", "dataloader_tuning"], {},
-                                {"has_gpu": False, "ranks": 1})
+    ruled_out = choose_fixes("dataloader_stall", {}, {"has_gpu": False, "ranks": 1}).ruled_out
     assert "CUDA GPU" in ruled_out["cuda_prefetcher"] and "dataloader_tuning" not in ruled_out
-    ruled_out, _ = fix_verdicts("comm_exposed", ["ddp_bucket_tuning"], {}, {"has_gpu": True, "ranks": 1})
+    ruled_out = choose_fixes("comm_exposed", {}, {"has_gpu": True, "ranks": 1}).ruled_out
     assert "several ranks" in ruled_out["ddp_bucket_tuning"]
 
 

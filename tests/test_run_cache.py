@@ -7,7 +7,7 @@ import contextlib
 import pytest
 
 import analyzers.execution.pipeline as findings_module
-from analyzers.execution.fixes import computed_finding_contract
+from analyzers.read.fixes import computed_finding_contract
 from analyzers.common import thresholds as th
 from analyzers.ingest import ingest_paths
 from analyzers.sql.engine import CACHED_VIEWS, ensure_loaded, run_cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzers.execution.fixes import computed_finding_contract
+from analyzers.read.fixes import computed_finding_contract
 from analyzers.execution.pipeline import run_analyses
 from analyzers.store.database import connect
 from analysis_support import hand_written_store
@@ -172,7 +172,8 @@ def test_allocator_fix_applies_to_steady_state_churn(syn):
     findings, _ = run_analyses(syn, "syn", {"MIN_FINDING_PCT": 0.0})
     stall = next(f for f in findings if f.kind == "runtime_stall")
     assert stall.metrics["allocator_share"] == 1.0
-    assert stall.fix_ids == ["allocator_tuning"] and computed_finding_contract(stall)["fixes_ruled_out"] == {}
+    contract = computed_finding_contract(stall)
+    assert contract["fixes"] == ["allocator_tuning"] and contract["fixes_ruled_out"] == {}
     assert "memory management" in stall.summary
 
 

@@ -10,7 +10,7 @@ it (`caused_by`) instead of being counted again.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from analyzers.analysis.kinds import analysis_specs
 from analyzers.common.contract import rank_list
@@ -152,11 +152,3 @@ def run_costs(findings: list[Finding], step_ns_by_rank: Mapping[int, float | Non
                     saves_at_most_ms=(root if step_ns is None else min(root, step_ns)) / 1e6,
                     unexplained_idle_ms=unexplained_ms, has_gpu=has_gpu, ranks=len(step_ns_by_rank))
 
-
-def unmet_needs(needs: Iterable[str], has_gpu: bool, ranks: int) -> str | None:
-    """Why a fix needing `needs` (accel.registry.NEEDS) cannot apply to this trace, or None."""
-    if not has_gpu and ({"cuda", "triton", "multi_gpu"} & set(needs)):
-        return "it needs a CUDA GPU and this trace has no GPU activity"
-    if ranks < 2 and ({"multi_rank", "multi_gpu"} & set(needs)):
-        return "it needs several ranks and this run has one"
-    return None

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 
-
 def _without_prose(path: Path) -> bytes:
     """What of a source file decides findings: Python without docstrings and comments (its AST),
     SQL without comment lines and blank lines."""
@@ -33,47 +32,27 @@ def _drop_docstrings(tree: ast.AST) -> None:
             node.body = body[1:] or [ast.Pass()]
 
 
-# Keyword arguments of the registry's Fix entries that are prose (what a user reads), not ranking.
-_REGISTRY_PROSE_KEYWORDS = frozenset({"title", "snippet", "description"})
-
-
-def _registry_fingerprint() -> bytes:
-    """accel/registry.py as it ranks fixes: its code and data without docstrings, comments and the
-    prose of its entries (titles, snippets, descriptions); empty without accel/."""
-    path = Path(__file__).resolve().parents[2] / "accel" / "registry.py"
-    if not path.is_file():
-        return b""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    _drop_docstrings(tree)
-    for node in ast.walk(tree):
-        for keyword in getattr(node, "keywords", None) or []:
-            if keyword.arg in _REGISTRY_PROSE_KEYWORDS:
-                keyword.value = ast.Constant("")
-    return ast.dump(tree).encode()
-
-
 def _analysis_version() -> str:
     """A hash of what turns a run's events into findings (the SQL library, the analyses, costing,
-    thresholds, the fix registry's ranking), prose left out: a run whose stored findings carry
-    another version was analysed by other code (an older TraceDoctor, or never) and is analysed
-    again when opened; a reworded comment, docstring or fix snippet does not force that."""
+    thresholds), prose left out: a run whose stored findings carry another version was analysed by
+    other code (an older TraceDoctor, or never) and is analysed again when opened; a reworded
+    comment or docstring does not force that. Fixes are not in it: they are chosen when a finding
+    is read (analyzers.read.fixes)."""
     package = Path(__file__).resolve().parents[1]
     sources = sorted([*package.glob("analysis/**/*.py"), *package.glob("analysis/kinds/*/*.sql"),
                       *package.glob("sql/**/*.sql"),
-                      *(package / name for name in ("execution/pipeline.py", "execution/fixes.py",
-                                                    "common/thresholds.py", "common/contract.py", "sql/engine.py"))])
+                      *(package / name for name in ("execution/pipeline.py", "common/thresholds.py",
+                                                    "common/contract.py", "sql/engine.py"))])
     digest = hashlib.blake2b(digest_size=8)
     for source in sources:
         if source.is_file():
             digest.update(source.relative_to(package).as_posix().encode() + b"\0" + _without_prose(source))
-    digest.update(_registry_fingerprint())
     return digest.hexdigest()
 
 
 @functools.cache
 def analysis_version() -> str:
-    """This code's analysis version (computed once, on first use: the registry it hashes imports
-    this module)."""
+    """This code's analysis version (computed once, on first use)."""
     return _analysis_version()
 
 

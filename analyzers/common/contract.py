@@ -1,6 +1,6 @@
 """The CLI contract's shape of a finding (README: `analyze --format json`): the one serializer,
 used for stored findings (the report, the CLI) and for findings just computed
-(analyzers.execution.pipeline.computed_finding_contract).
+(analyzers.read.fixes.computed_finding_contract).
 
 Trace names inside are clipped (analyzers.common.safe_text): a 200 KB op name must not make a 200 KB
 report, nor a finding stored by an older version that did not clip them.

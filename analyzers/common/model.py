@@ -74,7 +74,6 @@ class Finding:
     cost_pct: float                 # of mean step time
     summary: str
     metrics: dict[str, Any] = field(default_factory=dict)
-    fix_ids: list[str] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)   # every rank it shows on (rank: the worst); [] = whole run
     caused_by: str | None = None    # a consequence: its cause's finding_id; its cost is not counted again
 

@@ -28,7 +28,6 @@ from analyzers.analysis.version import analysis_version
 from analyzers.common import thresholds as th
 from analyzers.common.model import Finding
 from analyzers.common.progress import Progress, teller
-from analyzers.execution.fixes import fix_ids_for, fix_needs_unmet
 from analyzers.sql.engine import ensure_loaded, run_cache, run_ranks
 from analyzers.store import partitions
 
@@ -55,10 +54,10 @@ def store_findings(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[F
         if findings:
             con.executemany(
                 "INSERT INTO findings (run_id, finding_id, kind, severity, rank, ranks, caused_by, position, step, "
-                "stream, t_start_ns, t_end_ns, cost_ns, cost_pct, metrics, fix_ids, summary) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "stream, t_start_ns, t_end_ns, cost_ns, cost_pct, metrics, summary) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [[run_id, f.finding_id, f.kind, f.severity, f.rank, list(f.ranks), f.caused_by, position, f.step,
-                  f.stream, f.t_start_ns, f.t_end_ns, f.cost_ns, f.cost_pct, json.dumps(f.metrics), list(f.fix_ids),
+                  f.stream, f.t_start_ns, f.t_end_ns, f.cost_ns, f.cost_pct, json.dumps(f.metrics),
                   f.summary]
                  for position, f in enumerate(findings)])
         _carry_marks_to_root_causes(con, run_id)
@@ -156,23 +155,19 @@ def analyze_root_causes(con: duckdb.DuckDBPyConnection, run_id: str,
 
 def _finish(ctx: AnalysisContext, findings: list[Finding], results: list[PassResult]
             ) -> tuple[list[Finding], list[str], RunCosts]:
-    """Root causes from the passes' findings: grouped across ranks, consequences linked, fixes
-    chosen and ordered, the run's costs."""
+    """Root causes from the passes' findings: grouped across ranks, consequences linked, ordered;
+    the run's costs. Fixes are chosen when a finding is read (analyzers.read.fixes)."""
     gap_rows = [] if any(r.gap_error for r in results) else [row for r in results for row in r.gap_rows]
     min_pct = ctx.thresholds["MIN_FINDING_PCT"]
     findings = group_across_ranks([f for f in findings if f.cost_pct >= min_pct])
     link_consequences(findings, ctx.thresholds["STRAGGLER_EXPLAINED_FRACTION"],
                       {kind: spec.title for kind, spec in analysis_specs().items()})
-    for f in findings:
-        f.fix_ids = fix_ids_for(f.kind, f.metrics, ctx.thresholds)
     findings = order_findings(findings)
     _unique_ids(findings)
     costs = dataclasses.replace(
         run_costs(findings, {r.rank: r.mean_step_ns for r in ctx.ranks.values()}, gap_rows,
                   {r.rank: r.steps_divisor for r in ctx.ranks.values()}, ctx.has_gpu),
         thresholds={k: v for k, v in ctx.thresholds.items() if th.DEFAULTS.get(k) != v})
-    for f in findings:   # fixes needing what the trace lacks (CUDA, several ranks) go last
-        f.fix_ids = sorted(f.fix_ids, key=lambda fix_id: fix_needs_unmet(fix_id, costs) is not None)
     if costs.step_ms and costs.root_cause_ms > costs.step_ms * 1.001:
         ctx.notes.append(f"The findings' costs add up to {costs.root_cause_ms:.2f} ms per step, more than the "
                          f"{costs.step_ms:.2f} ms step: some of them overlap (e.g. on different ranks), so fixing "

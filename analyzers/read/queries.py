@@ -17,7 +17,7 @@ if TYPE_CHECKING:    # frames come from DuckDB's .df(); importing pandas here co
     import pandas as pd
 
 from analyzers.read.stored import analysis_notes
-from analyzers.execution.fixes import fix_verdicts, order_fixes
+from analyzers.read.fixes import choose_fixes
 from analyzers.store.runs import require_run
 from analyzers.sql.engine import ensure_loaded
 
@@ -336,7 +336,7 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str, raw: bool = False) -> 
     rows = con.execute(
         """
         SELECT f.finding_id, f.kind, f.severity, f.rank, f.ranks, f.caused_by, f.step, f.stream, f.t_start_ns,
-               f.t_end_ns, f.cost_ns, f.cost_pct, f.summary, f.metrics::VARCHAR, f.fix_ids, m.status, m.note
+               f.t_end_ns, f.cost_ns, f.cost_pct, f.summary, f.metrics::VARCHAR, m.status, m.note
         FROM findings f LEFT JOIN finding_marks m USING (run_id, finding_id)
         WHERE f.run_id = $run_id
         -- the order analyze_run stored (root_causes.order_findings); by cost for older stores
@@ -347,12 +347,12 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str, raw: bool = False) -> 
     trace = run_costs(con, run_id)
     out = []
     for (fid, kind, severity, rank, ranks, caused_by, step, stream, t0, t1, cost_ns, cost_pct, summary, metrics,
-         fix_ids, mark_status, mark_note) in rows:
+         mark_status, mark_note) in rows:
         try:
             metrics = json.loads(metrics) if metrics else {}
         except ValueError:
             metrics = {}
-        ruled_out, unknown = fix_verdicts(kind, list(fix_ids or []), metrics, trace)
+        fixes = choose_fixes(kind, metrics, trace)
         if raw:
             cost_ms = None if cost_ns is None else cost_ns / 1e6
         else:
@@ -364,8 +364,7 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str, raw: bool = False) -> 
             "start_ns": t0, "end_ns": t1,
             "cost_ms_per_step": cost_ms, "cost_pct": cost_pct,
             "summary": summary, "metrics": metrics,
-            "fixes": order_fixes(list(fix_ids or []), ruled_out, unknown),
-            "fixes_ruled_out": ruled_out, "fixes_unknown": unknown,
+            "fixes": fixes.ids, "fixes_ruled_out": fixes.ruled_out, "fixes_unknown": fixes.unknown,
             "mark_status": mark_status, "mark_note": mark_note,
         })
     return out

@@ -18,6 +18,7 @@ import duckdb
 from analyzers.analysis.kinds import analysis_specs
 from analyzers.common.contract import finding_contract, where_text
 from analyzers.analysis.metrics import rank_summary
+from analyzers.read.fixes import fix_card, install_hint
 from analyzers.read.queries import findings, time_bounds
 from analyzers.store.runs import MARK_LABELS
 from analyzers.common.safe_text import (SUMMARY_LIMIT, TRACE_TEXT_LIMIT, clip, html_text, markdown_cell, markdown_text,
@@ -109,38 +110,20 @@ _FIX_ID = re.compile(r"[a-z0-9_]+")   # a registry id: safe inside a code span a
 
 
 def _fixes(f: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A finding's fixes as the Findings page shows them: id, title, the code with the finding's
-    metrics filled in (accel.registry Fix.snippet_for; "" without accel/), the names of the user's
-    program it reads and what each stands for (registry text, Markdown code spans), the demo, and
-    the verdict ("ruled_out" / "unknown" with its reason, or None when it applies)."""
-    try:
-        from accel import registry
-    except ImportError:   # the analyzers work without accel/: ids and demo commands only
-        registry = None
+    """A finding's fixes as the Findings page shows them (fixes.fix_card: id, title, the code with
+    the finding's metrics filled in, the demo), the names of the user's program the code reads and
+    what each stands for (registry text, Markdown code spans), and the verdict ("ruled_out" /
+    "unknown" with its reason, or None when it applies)."""
     ruled_out, unknown = f.get("fixes_ruled_out") or {}, f.get("fixes_unknown") or {}
     out = []
     for fix_id in f.get("fixes") or []:
-        fix = registry.FIXES.get(fix_id) if registry is not None else None
-        try:
-            code = fix.snippet_for(f.get("metrics")) if fix is not None else ""
-            names = fix.placeholders(f.get("metrics")) if fix is not None else {}
-        except Exception:  # a snippet the free-name check cannot parse: shown as written
-            code, names = fix.snippet, {}
-        out.append({"id": str(fix_id), "title": fix.title if fix is not None else str(fix_id), "code": code,
-                    "names": "; ".join(f"`{name}`: {what}" for name, what in names.items()),
-                    "demo": fix.demo if fix is not None else f"python -m accel.demo {fix_id} --out DIR",
+        card = fix_card(fix_id, f.get("metrics"))
+        out.append({"id": card["id"], "title": card["title"], "code": card["code"],
+                    "names": "; ".join(f"`{name}`: {what}" for name, what in card["names"].items()),
+                    "demo": card["demo"],
                     "verdict": ("ruled_out", ruled_out[fix_id]) if fix_id in ruled_out else
                                ("unknown", unknown[fix_id]) if fix_id in unknown else None})
     return out
-
-
-def _install_hint() -> str:
-    """How to get `accel`, which the fixes' code imports (Markdown with code spans); "" without accel/."""
-    try:
-        from accel.registry import INSTALL_HINT
-    except ImportError:
-        return ""
-    return INSTALL_HINT
 
 
 def _top_fix(f: Mapping[str, Any]) -> str:
@@ -227,8 +210,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += _md_table([title for _, title in RANK_COLUMNS], [[r.get(k) for k, _ in RANK_COLUMNS] for r in ranks])
     else:
         lines.append("No ranks.")
-    if any(f.get("fixes") for f in findings) and _install_hint():
-        lines += ["", f"The fixes' code imports `accel`: {_install_hint()}."]
+    if any(f.get("fixes") for f in findings) and install_hint():
+        lines += ["", f"The fixes' code imports `accel`: {install_hint()}."]
     for i, f in enumerate(findings):
         fixes = _fixes(f)
         lines += ["", f"### {i + 1}. {_md_text(_title(f))} ({_md_text(f.get('severity'))})", "",
@@ -326,8 +309,8 @@ def render_html(report: Mapping[str, Any]) -> str:
     parts.append("<h2>Per-rank figures</h2>")
     parts.append(_html_table([t for _, t in RANK_COLUMNS],
                              [[r.get(k) for k, _ in RANK_COLUMNS] for r in report.get("ranks") or []]))
-    if any(f.get("fixes") for f in findings) and _install_hint():
-        parts.append(f"<p>The fixes' code imports <code>accel</code>: {_h_code_spans(_install_hint())}.</p>")
+    if any(f.get("fixes") for f in findings) and install_hint():
+        parts.append(f"<p>The fixes' code imports <code>accel</code>: {_h_code_spans(install_hint())}.</p>")
     for i, f in enumerate(findings):
         sev = f.get("severity") if f.get("severity") in ("high", "medium", "low") else "low"
         fixes = "".join(_html_fix(number, fix) for number, fix in enumerate(_fixes(f), start=1)) \

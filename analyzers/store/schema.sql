@@ -88,7 +88,6 @@ CREATE TABLE IF NOT EXISTS findings (
     cost_ns     BIGINT,            -- GPU time lost per step (upper bound of what a fix saves)
     cost_pct    DOUBLE,            -- cost_ns / mean step time * 100
     metrics     JSON,              -- the evidence, analysis-specific
-    fix_ids     VARCHAR[],         -- accel registry ids, best fit first
     summary     VARCHAR,
     PRIMARY KEY (run_id, finding_id)
 );
