@@ -464,10 +464,19 @@ def rank_summary(path: str, run_id: str) -> pd.DataFrame:
     return _rank_summary(path, run_id, code_version())
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def _run_summary(path: str, run_id: str, version: str) -> dict:
+    return queries.run_summary(cur(), run_id)
+
+
+def run_summary(run_id: str) -> dict:
+    """The run-wide figures (queries.run_summary: mean steps, idle %, has_gpu)."""
+    return _run_summary(db_path(), run_id, code_version())
+
+
 def is_cpu_only(run_id: str) -> bool:
-    """A run whose ranks have step figures but no GPU activity (rank_summary leaves idle_pct unset)."""
-    summary = rank_summary(db_path(), run_id)
-    return bool(len(summary)) and bool(summary["idle_pct"].isna().all())
+    """A run whose ranks have no GPU activity (a CPU-only trace)."""
+    return bool(len(rank_summary(db_path(), run_id))) and not run_summary(run_id)["has_gpu"]
 
 
 @st.cache_data(show_spinner="Matching the collectives of this run across ranks…", max_entries=64)

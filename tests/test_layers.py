@@ -87,3 +87,30 @@ def test_no_private_name_crosses_a_module():
                         if alias.name.startswith("_") and not alias.name.startswith("__"):
                             offenders.append(f"{path.relative_to(REPO)}:{node.lineno} imports {alias.name}")
     assert offenders == []
+
+
+def test_what_reads_figures_does_not_average_them():
+    """A mean over ranks or steps is SQL (analyzers/sql: run_mean_step, rank_summary, run_summary...):
+    the pages, the fix library and the read layer (CLI, reports, queries) read it and never average
+    figures themselves: no sum()/len(), .mean()/.median() or statistics.mean there. accel/demos and
+    accel/profiling.py time their own workloads (no figure of a trace), so they may."""
+    import ast
+
+    roots = [REPO / "app", REPO / "accel", REPO / "analyzers" / "read", REPO / "analyzers" / "cli.py",
+             REPO / "analyzers" / "api.py"]
+    exempt = {REPO / "accel" / "profiling.py"}
+    offenders = []
+    for root in roots:
+        for path in sorted([root] if root.suffix == ".py" else root.rglob("*.py")):
+            if path in exempt or (REPO / "accel" / "demos") in path.parents:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', '?')}"
+                if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+                        and isinstance(node.left, ast.Call) and getattr(node.left.func, "id", None) in ("sum", "fsum")
+                        and isinstance(node.right, ast.Call) and getattr(node.right.func, "id", None) == "len"):
+                    offenders.append(f"{where} sum()/len()")
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("mean", "median", "fmean")):
+                    offenders.append(f"{where} .{node.func.attr}()")
+    assert offenders == []

@@ -47,7 +47,7 @@ def test_a_straggler_explained_by_its_own_loader_names_it_and_is_not_counted_aga
                                              lost_ms_per_step_by_rank={"0": 74.0})])[0]
     link_consequences([loader, straggler], 0.5, {"dataloader_stall": "The data loader starves the training loop"})
     assert straggler.caused_by == "dataloader_stall" and loader.caused_by is None
-    costs = run_costs([loader, straggler], {0: 100e6, 1: 100e6}, [], {0: 1, 1: 1}, has_gpu=False)
+    costs = run_costs([loader, straggler], 100e6, 2, [], {0: 1, 1: 1}, has_gpu=False)
     assert costs.root_cause_ms == pytest.approx(75.0) and costs.saves_at_most_ms <= costs.step_ms
 
 

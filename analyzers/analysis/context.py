@@ -36,6 +36,7 @@ class AnalysisContext:
     ranks: dict[int, RankInfo]
     notes: list[str] = field(default_factory=list)
     cache: dict[Any, Any] = field(default_factory=dict)   # query results analyses share
+    mean_step_ns: float | None = None   # the run's (metrics/rank_breakdown.sql run_mean_step)
 
     @property
     def has_gpu(self) -> bool:
@@ -45,12 +46,8 @@ class AnalysisContext:
         return sorted(r.rank for r in self.ranks.values() if r.has_gpu)
 
     def cost_pct(self, rank: int | None, cost_ns: float) -> float:
-        """cost_ns as % of the rank's mean step time (of the mean over ranks when rank is None)."""
-        if rank is not None and rank in self.ranks:
-            step = self.ranks[rank].mean_step_ns
-        else:
-            known = [r.mean_step_ns for r in self.ranks.values() if r.mean_step_ns]
-            step = sum(known) / len(known) if known else None
+        """cost_ns as % of the rank's mean step time (of the run's, run_mean_step, when rank is None)."""
+        step = self.ranks[rank].mean_step_ns if rank is not None and rank in self.ranks else self.mean_step_ns
         return 100.0 * cost_ns / step if step else 0.0
 
     def make(self, kind: str, finding_id: str, *, rank: int | None, cost_ns: float, summary: str,
@@ -88,7 +85,8 @@ def build_context(con: duckdb.DuckDBPyConnection, run_id: str,
                               mean_step_ns=row["mean_step_ns"], has_gpu=row["gpu_events"] > 0)
         for row in rows
     }
-    ctx = AnalysisContext(run_id=run_id, thresholds=th.resolve(thresholds), ranks=ranks)
+    mean_step_ns = con.execute("SELECT mean_step_ns FROM run_mean_step(?)", [run_id]).fetchone()[0]
+    ctx = AnalysisContext(run_id=run_id, thresholds=th.resolve(thresholds), ranks=ranks, mean_step_ns=mean_step_ns)
     left_out = set()
     if any(not r.has_gpu for r in ranks.values()) and any(r.n_steps for r in ranks.values()):
         # GPU work is counted only when launched inside the rank's steps (HTA's rule), so a

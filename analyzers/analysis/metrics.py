@@ -21,25 +21,21 @@ import duckdb
 
 from analyzers.sql.engine import ensure_loaded
 
-_NS_PER_MS = 1e6
 
-
-def _pct(part: float | None, whole: float | None) -> float | None:
-    if part is None or not whole:
-        return None
-    return 100.0 * part / whole
-
-
-def rank_breakdown_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
-    """The raw nanosecond rows of rank_breakdown(run) (see metrics/rank_breakdown.sql for the columns)."""
+def _rows_by_rank(con: duckdb.DuckDBPyConnection, macro: str, run_id: str) -> list[dict[str, Any]]:
     ensure_loaded(con)
-    cur = con.execute("SELECT * FROM rank_breakdown(?) ORDER BY rank", [run_id])
+    cur = con.execute(f"SELECT * FROM {macro}(?) ORDER BY rank", [run_id])     # macro: a name from this module
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, row)) for row in cur.fetchall()]
 
 
+def rank_breakdown_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
+    """The raw nanosecond rows of rank_breakdown(run) (see metrics/rank_breakdown.sql for the columns)."""
+    return _rows_by_rank(con, "rank_breakdown", run_id)
+
+
 def rank_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
-    """Per rank: the figures of the report's "ranks" table.
+    """Per rank: the figures of the report's "ranks" table (metrics/rank_breakdown.sql rank_summary).
 
     Keys:
       rank
@@ -58,25 +54,4 @@ def rank_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, 
     ProfilerSteps or inferred iterations; the percentages are HTA's whole-trace figures.
     GPU figures are None for a rank without GPU activity (a CPU-only trace).
     """
-    rows = rank_breakdown_rows(con, run_id)
-    in_steps = {rank: (comm_ns, h2d_ns) for rank, comm_ns, h2d_ns in con.execute(
-        "SELECT rank, comm_in_steps_ns, h2d_in_steps_ns FROM rank_step_costs(?)", [run_id]).fetchall()}
-    out = []
-    for row in rows:
-        comm_in_steps_ns, h2d_in_steps_ns = in_steps.get(row["rank"], (0, 0))
-        has_gpu = row["gpu_events"] > 0
-        divisor = row["steps_divisor"]
-        span = row["span_ns"] if has_gpu else None
-        comm_ns = row["comm_ns"] if has_gpu else None
-        out.append({
-            "rank": row["rank"],
-            "steps": row["n_steps"],
-            "step_time_ms": None if row["mean_step_ns"] is None else row["mean_step_ns"] / _NS_PER_MS,
-            "idle_pct": _pct(row["idle_ns"], span) if has_gpu else None,
-            "compute_pct": _pct(row["compute_ns"], span) if has_gpu else None,
-            "non_compute_pct": _pct(row["non_compute_ns"], span) if has_gpu else None,
-            "comm_time_ms": None if comm_ns is None else comm_in_steps_ns / divisor / _NS_PER_MS,
-            "comm_overlap_pct": _pct(row["comm_overlap_ns"], comm_ns) if comm_ns else None,
-            "h2d_time_ms": h2d_in_steps_ns / divisor / _NS_PER_MS if has_gpu else None,
-        })
-    return out
+    return _rows_by_rank(con, "rank_summary", run_id)

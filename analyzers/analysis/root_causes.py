@@ -129,11 +129,10 @@ class RunCosts:
         return {k: v for k, v in asdict(self).items() if k != "rank_table"}
 
 
-def run_costs(findings: list[Finding], step_ns_by_rank: Mapping[int, float | None],
+def run_costs(findings: list[Finding], step_ns: float | None, ranks: int,
               gap_rows: list[Mapping[str, Any]], steps_divisor: Mapping[int, int], has_gpu: bool) -> RunCosts:
-    """RunCosts from the reported findings, each rank's mean step and gap_causes' rows."""
-    steps = [s for s in step_ns_by_rank.values() if s]
-    step_ns = sum(steps) / len(steps) if steps else None
+    """RunCosts from the reported findings, the run's mean step (run_mean_step), its number of
+    ranks and gap_causes' rows."""
     root = sum(f.cost_ns for f in findings if not f.caused_by)
     kind_of_cause = gap_cause_kinds()
     reported: dict[int, set[str]] = {}
@@ -150,5 +149,5 @@ def run_costs(findings: list[Finding], step_ns_by_rank: Mapping[int, float | Non
     unexplained_ms = (sum(unexplained.get(r, 0.0) for r in gpu_ranks) / len(gpu_ranks) / 1e6) if gpu_ranks else None
     return RunCosts(step_ms=None if step_ns is None else step_ns / 1e6, root_cause_ms=root / 1e6,
                     saves_at_most_ms=(root if step_ns is None else min(root, step_ns)) / 1e6,
-                    unexplained_idle_ms=unexplained_ms, has_gpu=has_gpu, ranks=len(step_ns_by_rank))
+                    unexplained_idle_ms=unexplained_ms, has_gpu=has_gpu, ranks=ranks)
 

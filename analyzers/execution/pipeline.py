@@ -165,7 +165,7 @@ def _finish(ctx: AnalysisContext, findings: list[Finding], results: list[PassRes
     findings = order_findings(findings)
     _unique_ids(findings)
     costs = dataclasses.replace(
-        run_costs(findings, {r.rank: r.mean_step_ns for r in ctx.ranks.values()}, gap_rows,
+        run_costs(findings, ctx.mean_step_ns, len(ctx.ranks), gap_rows,
                   {r.rank: r.steps_divisor for r in ctx.ranks.values()}, ctx.has_gpu),
         thresholds={k: v for k, v in ctx.thresholds.items() if th.DEFAULTS.get(k) != v})
     if costs.step_ms and costs.root_cause_ms > costs.step_ms * 1.001:

@@ -72,6 +72,13 @@ def rank_breakdown(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
                   {"run_id": run_id})
 
 
+def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+    """The run-wide figures (metrics/step_breakdown.sql run_summary): host_step_ms, gpu_step_ms,
+    idle_pct (None where unknown) and has_gpu."""
+    cur = ensure_loaded(con).execute("SELECT * FROM run_summary($run_id)", {"run_id": run_id})
+    return dict(zip([d[0] for d in cur.description], cur.fetchone()))
+
+
 def time_bounds(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[int, int] | None:
     """First start and last end (ns) of any event with a duration in the run, over all ranks."""
     row = con.execute(

@@ -23,6 +23,7 @@ if info.get("notes"):
 
 per_rank = state.rank_breakdown(state.db_path(), run_id)
 summary = state.rank_summary(state.db_path(), run_id)
+figures = state.run_summary(run_id)
 found = state.findings(run_id)
 origin = (state.time_bounds(state.db_path(), run_id) or (None, None))[0]
 
@@ -32,17 +33,17 @@ cols = st.columns(5)
 cols[0].metric("Ranks", len(info["ranks"]), help=f"world size {info['world_size']}")
 cols[1].metric("Steps per rank", int(per_rank["steps"].max()) if len(per_rank) else 0)
 if len(per_rank) and not state.is_cpu_only(run_id):
-    cols[2].metric("Mean step time (GPU clock)", ui.duration(per_rank['step_ms'].mean()),
+    cols[2].metric("Mean step time (GPU clock)", ui.duration(figures["gpu_step_ms"]),
                    help="mean over ranks of the GPU-clock step (from a step's first GPU work to the next "
                         "step's), the step the chart below breaks down; the host's ProfilerStep time, which "
                         "findings' % of step use, is the table's 'host step' column")
-elif len(summary) and summary["step_time_ms"].notna().any():
-    cols[2].metric("Mean step time", ui.duration(summary['step_time_ms'].mean()),
+elif figures["host_step_ms"] is not None:
+    cols[2].metric("Mean step time", ui.duration(figures["host_step_ms"]),
                    help="mean ProfilerStep duration over ranks (a CPU-only trace: the host's steps)")
 else:
     cols[2].metric("Mean step time", "–")
-if len(summary) and summary["idle_pct"].notna().any():
-    cols[3].metric("GPU idle", f"{summary['idle_pct'].mean():.1f} %", help="HTA definition: % of the GPU span")
+if figures["idle_pct"] is not None:
+    cols[3].metric("GPU idle", f"{figures['idle_pct']:.1f} %", help="HTA definition: % of the GPU span, mean over ranks")
 else:
     cols[3].metric("GPU idle", "–", help="no GPU activity in this trace")
 cols[4].metric("Findings", len(found),

@@ -142,7 +142,7 @@ WITH gloo_spans AS MATERIALIZED (
     QUALIFY row_number() OVER (PARTITION BY e.rank ORDER BY count(*) DESC, e.pid, e.tid) = 1
 ), training_threads AS (
     SELECT DISTINCT rank, pid, tid FROM events
-    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND starts_with(name, 'ProfilerStep')
+    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND is_profiler_step(name)
       AND rank IN (SELECT rank FROM gloo_spans)
     UNION
     SELECT rank, pid, tid FROM marker_threads
@@ -152,7 +152,7 @@ WITH gloo_spans AS MATERIALIZED (
                OR starts_with(e.name, 'gloo:') OR e.name = 'record_param_comms' AS is_comm
     FROM events e
     JOIN training_threads t ON t.rank = e.rank AND t.pid IS NOT DISTINCT FROM e.pid AND t.tid IS NOT DISTINCT FROM e.tid
-    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns > 0 AND NOT starts_with(e.name, 'ProfilerStep')
+    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns > 0 AND NOT is_profiler_step(e.name)
 ), comm_ops AS (
     SELECT rank AS grp, start_ns, end_ns FROM thread_ops WHERE is_comm
 ), comm_starts AS (
