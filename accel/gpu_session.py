@@ -1,6 +1,6 @@
 """Every single-GPU demo in one command, for the few minutes a GPU machine is at hand.
 
-    python -m accel.gpu_session --out DIR [--only ID,ID] [--timeout S] [--samples]
+    python -m accel.gpu_session --out DIR [--only ID,ID] [--timeout S] [--samples] [--fixtures]
 
 Runs `python -m accel.demo ID --device cuda --json` for each fix that can run on one GPU (every
 fix but the multi-rank ones: NCCL refuses two ranks on one GPU, and their gloo runs are the CPU
@@ -12,7 +12,9 @@ figures already in BENCHMARKS.md), each in its own process under a time limit, a
   paste under the GPU heading; a demo that skipped or failed gets a row saying so, never numbers;
 - with --samples: each demo's before/after traces as sample runs (sample_traces/gpu_<id>_before/
   rank-0.json.gz, ...), listed first in sample_traces/manifest.json with the device named, so the
-  dashboard opens on real GPU traces.
+  dashboard opens on real GPU traces;
+- with --fixtures, first: DIR/fixtures/ from `python -m accel.gpu_fixtures` (a memory-profiled
+  training trace, its allocator snapshot, an allocator snapshot taken at an OOM error).
 
 Without a CUDA GPU it prints the plan and exits 2 without running anything. The analyzers
 (duckdb, isal, orjson, blake3) must be importable on the GPU machine for the finding costs; where
@@ -44,13 +46,13 @@ WHEELS = ("duckdb==2.0.0", "isal==1.9.1", "orjson", "blake3==1.0.11")
 
 
 def single_gpu_fixes(only: Sequence[str] | None = None) -> list[str]:
-    """Fix ids whose demo runs on one GPU, in registry order (optionally only these)."""
+    """Fix ids whose demo runs on one GPU: in registry order, or only these in the order given."""
     ids = [fix.id for fix in registry.FIXES.values() if not SINGLE_GPU_EXCLUDED_NEEDS & set(fix.needs)]
     if only:
         unknown = [i for i in only if i not in registry.FIXES]
         if unknown:
             raise SystemExit(f"unknown fix id(s): {', '.join(unknown)}; see python -m accel.demo --list")
-        ids = [i for i in ids if i in only]
+        ids = [i for i in only if i in ids]
     return ids
 
 
@@ -180,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma list of fix ids (default: every single-GPU demo)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per demo (default 300)")
     ap.add_argument("--samples", action="store_true", help="add the traces to sample_traces/ and its manifest")
+    ap.add_argument("--fixtures", action="store_true",
+                    help="first record the memory-profiled trace and allocator snapshots (accel.gpu_fixtures) "
+                         "into OUT/fixtures")
     ap.add_argument("--fetch-wheels", type=Path, metavar="DIR", help="download the wheels to carry, then exit")
     args = ap.parse_args(argv)
     if args.fetch_wheels:
@@ -193,6 +198,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     session: dict[str, Any] = {"device": device, "date": dt.date.today().isoformat(), "results": []}
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.fixtures:
+        started = time.perf_counter()
+        try:
+            code = subprocess.call([sys.executable, "-m", "accel.gpu_fixtures", "--out",
+                                    str(args.out / "fixtures")], cwd=REPO, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            code = f"timed out after {args.timeout:.0f} s"
+        session["fixtures"] = {"returncode": code, "wall_s": round(time.perf_counter() - started, 1)}
+        print(f"fixtures: rc {code} ({session['fixtures']['wall_s']} s)", flush=True)
     for fix_id in plan:
         entry = run_demo(fix_id, args.out / fix_id, args.timeout)
         session["results"].append(entry)

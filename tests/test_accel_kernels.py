@@ -130,10 +130,12 @@ def test_cuda_graph_step_refuses_plainly_without_cuda():
 
 @needs_cuda
 def test_cuda_graph_step_matches_eager_training():
-    # capturable AdamW keeps step/bias-correction on the GPU as tensors: same maths, different
-    # rounding order than eager AdamW, so 1e-5 relative after 10 steps.
+    # Eager steps with the same capturable AdamW as the graph: the graph replays the kernels
+    # eager mode ran at capture, so 1e-5 relative after 10 steps (cuBLAS may choose another
+    # algorithm inside a graph). Non-capturable AdamW rounds in another order, which Adam's
+    # normalised update amplifies past 1e-5 (seen on an H100).
     from accel.demos import launch_bound as wl
-    model_a, opt_a, x, y = wl.build("cuda")
+    model_a, opt_a, x, y = wl.build("cuda", capturable=True)
     step_a = wl.eager_step(model_a, opt_a, x, y)
     model_b, opt_b, _, _ = wl.build("cuda", capturable=True)
     before_capture = wl.flat_params(model_b).clone()
@@ -152,7 +154,15 @@ def test_cuda_graph_step_matches_eager_training():
 @needs_cuda
 def test_compile_reduce_overhead_matches_eager():
     from accel.demos import compile_reduce_overhead as demo
-    assert demo._same_result("cuda")
+    checks = demo._same_result("cuda")
+    assert checks["first_step_matches"], checks
+
+
+@needs_cuda
+def test_cuda_graph_demo_check_compares_like_with_like():
+    from accel.demos import cuda_graph as demo
+    checks = demo._same_result("cuda")
+    assert checks["parameters_match"] and checks["max_rel_loss_diff"] <= 1e-5, checks
 
 
 def test_triton_module_imports_without_triton_and_says_why_it_cannot_run():
@@ -201,6 +211,9 @@ def test_fused_kernel_matches_eager_in_float64(p, training):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     if training and p > 0:
         assert 0.4 < keep.float().mean().item() < 0.6   # about half the elements kept
+        # one Philox call serves 4 columns: its 4 outputs must differ, not repeat one draw
+        quads = keep[:, :128].reshape(37, 32, 4).float().mean(-1)
+        assert ((quads == 0) | (quads == 1)).float().mean().item() < 0.3   # 1/8 if independent
 
 
 @needs_triton

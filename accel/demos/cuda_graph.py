@@ -13,11 +13,12 @@ from accel.profiling import median_ms, profile_steps, time_steps
 DEFAULT_STEPS = 50
 PROFILED_STEPS = 10
 CHECK_STEPS = 10
-# Eager AdamW (capturable=False) and the graphed one (capturable=True) do the same arithmetic
-# in a different order (step counts and bias corrections as GPU tensors), so parameters agree to
-# float32 rounding, not bitwise: 1e-5 relative after CHECK_STEPS steps.
+# The check replays the graph against eager steps of the same model with the same capturable
+# AdamW: the graph launches the very kernels eager mode ran when it was captured, so the two
+# agree to float32 rounding (cuBLAS may pick another algorithm inside a graph). A comparison with
+# the non-capturable AdamW would measure the optimizer's arithmetic order, which Adam's
+# normalised update amplifies for near-zero gradients, not the graph.
 RTOL, ATOL = 1e-5, 1e-6
-
 
 def run(out_dir: Path, device: str, steps: int) -> DemoResult:
     if device != "cuda" or not torch.cuda.is_available():
@@ -36,17 +37,22 @@ def run(out_dir: Path, device: str, steps: int) -> DemoResult:
     return DemoResult(fix="cuda_graph", device=device, finding_kind="launch_gap",
                       step_ms_before=before_ms, step_ms_after=after_ms,
                       trace_before=out_dir / "before.json.gz", trace_after=out_dir / "after.json.gz",
-                      checks={"parameters_match": _same_result(device)},
+                      checks=_same_result(device),
                       notes=[f"{torch.cuda.get_device_name()}: {wl.N_BLOCKS} blocks, batch {wl.BATCH}"])
 
 
-def _same_result(device: str) -> bool:
-    model_a, opt_a, x, y = wl.build(device)
+def _same_result(device: str) -> dict[str, float | bool]:
+    """Eager and graphed steps from the same start: do parameters and losses agree?"""
+    model_a, opt_a, x, y = wl.build(device, capturable=True)
     step_a = wl.eager_step(model_a, opt_a, x, y)
     model_b, opt_b, _, _ = wl.build(device, capturable=True)
     graphed = CudaGraphStep(model_b, wl.loss_fn, opt_b, (x, y))
+    losses_a, losses_b = [], []
     for i in range(CHECK_STEPS):
-        step_a(i)
-        graphed.step((x, y))
+        losses_a.append(float(step_a(i)))
+        losses_b.append(float(graphed.step((x, y))))
     torch.cuda.synchronize()
-    return bool(torch.allclose(wl.flat_params(model_a), wl.flat_params(model_b), rtol=RTOL, atol=ATOL))
+    a, b = wl.flat_params(model_a), wl.flat_params(model_b)
+    return {"parameters_match": bool(torch.allclose(a, b, rtol=RTOL, atol=ATOL)),
+            "max_abs_param_diff": float((a - b).abs().max()),
+            "max_rel_loss_diff": max(abs(la - lb) / max(abs(la), 1e-12) for la, lb in zip(losses_a, losses_b))}
