@@ -28,6 +28,25 @@ def shared_trace_names() -> list[str]:
     return names + (["nccl2rank"] if (SHARED_TRACES / "nccl2rank").is_dir() else [])
 
 
+# Folders of ../shared/traces whose files are each a run of their own (HTA's critical-path test
+# data, TraceLens's modern traces); nccl2rank is one 2-rank run; memory/ holds no Kineto traces.
+SHARED_FOLDERS_OF_RUNS = ("critical_path", "modern")
+
+
+def shared_trace_runs() -> list[list[Path]]:
+    """Every real trace in ../shared/traces as the inputs of one run each; [] without it."""
+    from tests.conftest import SHARED_TRACES
+
+    if not SHARED_TRACES.is_dir():
+        return []
+    runs = [[p] for p in sorted(SHARED_TRACES.glob("*.json.gz"))]
+    if (SHARED_TRACES / "nccl2rank").is_dir():
+        runs.append([SHARED_TRACES / "nccl2rank"])
+    for folder in SHARED_FOLDERS_OF_RUNS:
+        runs += [[p] for p in sorted((SHARED_TRACES / folder).glob("*.json.gz"))]
+    return runs
+
+
 def ingest_clean(paths):
     """Ingest the files as one run into an in-memory store; they must all load without error."""
     con = connect(":memory:")

@@ -16,11 +16,11 @@ from analyzers.execution.pipeline import analyze_run
 from analyzers.ingest import ingest_paths
 from analyzers.read.report import build_report
 from analyzers.store.database import connect
+from tests.analysis_support import shared_trace_runs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOME = str(REPO_ROOT / "app" / "Home.py")
 MANIFEST = REPO_ROOT / "sample_traces" / "manifest.json"
-SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces"
 
 
 @pytest.fixture(scope="module")
@@ -135,9 +135,7 @@ def test_comm_evidence_chart_says_how_it_differs_from_the_cost(samples):
 
 
 def _shared_traces() -> list[Path]:
-    if not SHARED_TRACES.is_dir():
-        return []
-    return sorted([*SHARED_TRACES.glob("*.json.gz"), *(p for p in SHARED_TRACES.iterdir() if p.is_dir())])
+    return [inputs[0] for inputs in shared_trace_runs()]
 
 
 @pytest.mark.skipif(not _shared_traces(), reason="../shared/traces is absent")

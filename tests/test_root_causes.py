@@ -18,9 +18,9 @@ from analyzers.read.queries import findings as stored_findings
 from analyzers.read.queries import run_costs as stored_costs
 from analyzers.analysis.root_causes import group_across_ranks, link_consequences, run_costs
 from analyzers.store.database import connect
+from tests.analysis_support import shared_trace_runs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces"
 MANIFEST = REPO_ROOT / "sample_traces" / "manifest.json"
 
 
@@ -148,9 +148,7 @@ def test_slow_loader_on_one_rank_is_one_root_cause_with_the_straggler_linked(slo
 
 def _runs() -> list[list[str]]:
     runs = [[str(MANIFEST.parent / p) for p in entry["paths"]] for entry in json.loads(MANIFEST.read_text())]
-    if SHARED_TRACES.is_dir():
-        runs += [[str(p)] for p in sorted([*SHARED_TRACES.glob("*.json.gz"),
-                                           *(p for p in SHARED_TRACES.iterdir() if p.is_dir())])]
+    runs += [[str(p) for p in inputs] for inputs in shared_trace_runs()]
     return runs
 
 
