@@ -129,7 +129,7 @@ def run_demo(fix_id: str, out_dir: Path, device: str | None = None,
 
 
 def _measured_without_gpu(kind: str) -> bool:
-    from analyzers.findings import kinds_measured_without_gpu
+    from analyzers.analysis.kinds import kinds_measured_without_gpu
     return kind in kinds_measured_without_gpu()
 
 

@@ -2,7 +2,7 @@
 
 Imports no torch: the analyzers import this module to fill a finding's `fixes` list.
 
-A fix's predicate reads a finding's `metrics` and the thresholds (analyzers/thresholds.py, where
+A fix's predicate reads a finding's `metrics` and the thresholds (analyzers/common/thresholds.py, where
 every cut-off lives with its unit and source) and returns the plain reason the fix cannot help,
 or None. `Fix.verdict` turns that into one of three answers:
   applies     nothing rules the fix out and every metric its predicate reads is measured;
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pprint import pformat
 from typing import Any, Callable, Literal, Mapping
 
-from analyzers import thresholds as th
-from analyzers.analyses import analysis_specs
+from analyzers.common import thresholds as th
+from analyzers.analysis.kinds import analysis_specs
 
 EMITTED_METRICS: dict[str, frozenset[str]] = {
     kind: spec.metric_keys for kind, spec in analysis_specs().items()}   # declared by the analyses
@@ -242,7 +242,7 @@ def records(m: Metrics, key: str) -> list[Mapping[str, Any]]:
 
 
 def resolve_thresholds(thresholds: Thresholds | None = None) -> dict[str, float]:
-    """analyzers.thresholds.DEFAULTS with `thresholds` applied (ValueError names an unknown one)."""
+    """analyzers.common.thresholds.DEFAULTS with `thresholds` applied (ValueError names an unknown one)."""
     return th.resolve(thresholds)
 
 
@@ -288,14 +288,14 @@ class Fix:
     reads: tuple[str, ...] = ()
     predicate: Predicate | None = None   # the reason the fix cannot help, or None
     bonus: Bonus | None = None           # extra fit from the metrics
-    # the runs it is for (analyzers.root_causes.WORKLOAD_CONTEXTS): training; inference (a forward
+    # the runs it is for (analyzers.read.fixes.WORKLOAD_CONTEXTS): training; inference (a forward
     # loop or pipeline); serving (inference under vLLM, SGLang, TensorRT-LLM, which set graphs,
     # compile and batching themselves). On a run of another workload it is ruled out with the reason.
     workloads: tuple[str, ...] = ("training", "inference", "serving")
 
     @property
     def demo(self) -> str:
-        return f"python -m accel.demo {self.id} --out DIR"
+        return demo_command(self.id)
 
     def snippet_for(self, metrics: Metrics | None = None) -> str:
         """The snippet as a finding's page shows it: when it reads `metrics`, a first line defines
@@ -1036,20 +1036,38 @@ def get(fix_id: str) -> Fix:
         raise KeyError(f"unknown fix {fix_id!r}; known: {', '.join(FIXES)}") from None
 
 
-def fixes_for(kind: str, metrics: Metrics | None = None, thresholds: Thresholds | None = None) -> list[str]:
-    """Fix ids addressing `kind`: those that apply, then unknown ones, then those ruled out, each
-    part ranked by fit (best first).
+def demo_command(fix_id: str) -> str:
+    """The command that profiles a fix's demo before and after (accel/demo.py)."""
+    return f"python -m accel.demo {fix_id} --out DIR"
+
+
+def ranked_fixes(kind: str, metrics: Metrics | None = None, thresholds: Thresholds | None = None,
+                 unmet: Callable[[Fix], str | None] | None = None) -> list[tuple[str, Verdict]]:
+    """[(fix id, its Verdict)] for the fixes addressing `kind`, best first: those that apply, then
+    the unknown ones, then those ruled out, each part ranked by fit (then registry order). unmet:
+    why the trace cannot use a fix (it needs CUDA or several ranks the trace lacks) or None; such a
+    fix is ruled out for that reason, after those the metrics alone rule out.
 
     Fixes ruled out stay listed (the user may know better than the metrics), so the list is empty
-    only for kinds no fix addresses.
+    only for kinds no fix addresses. The one ordering of fixes: the CLI, reports and pages read it.
     """
     resolved = resolve_thresholds(thresholds)
     order = {fix_id: i for i, fix_id in enumerate(FIXES)}
-    candidates = [fix for fix in FIXES.values() if kind in fix.addresses]
-    status = {fix.id: fix.verdict(metrics, kind=kind, thresholds=resolved).status for fix in candidates}
-    candidates.sort(key=lambda fix: (STATUS_ORDER[status[fix.id]], -fix.fit_for(kind, metrics, resolved),
-                                     order[fix.id]))
-    return [fix.id for fix in candidates]
+    judged = []
+    for fix in FIXES.values():
+        if kind not in fix.addresses:
+            continue
+        by_metrics = fix.verdict(metrics, kind=kind, thresholds=resolved)
+        reason = unmet(fix) if unmet is not None else None
+        judged.append((fix, by_metrics, reason, Verdict(RULED_OUT, reason) if reason else by_metrics))
+    judged.sort(key=lambda j: (STATUS_ORDER[j[3].status], j[2] is not None, STATUS_ORDER[j[1].status],
+                               -j[0].fit_for(kind, metrics, resolved), order[j[0].id]))
+    return [(fix.id, shown) for fix, _, _, shown in judged]
+
+
+def fixes_for(kind: str, metrics: Metrics | None = None, thresholds: Thresholds | None = None) -> list[str]:
+    """The ids of ranked_fixes, best first (judged on the metrics alone)."""
+    return [fix_id for fix_id, _ in ranked_fixes(kind, metrics, thresholds)]
 
 
 def verdicts(fix_ids: list[str], metrics: Metrics | None, *, kind: str | None = None,

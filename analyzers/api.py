@@ -7,10 +7,10 @@ from typing import Any, Callable, Iterable
 
 import duckdb
 
-from analyzers.model import FileError, IngestResult
-from analyzers.store import connect
+from analyzers.common.model import FileError, IngestResult
+from analyzers.store.database import connect
 
-ProgressCallback = Callable[..., None]   # analyzers/progress.py
+ProgressCallback = Callable[..., None]   # analyzers/common/progress.py
 
 
 @dataclass
@@ -42,10 +42,11 @@ def analyze_stored_run(con: duckdb.DuckDBPyConnection, run_id: str,
                        errors: Iterable[FileError] = (), progress: ProgressCallback | None = None,
                        runner=None) -> dict[str, Any]:
     """Re-run every analysis on a stored run (refreshing its findings) and return its report."""
-    from analyzers.findings import analyze_run
-    from analyzers.report import build_report
+    from analyzers.execution.pipeline import analyze_run
+    from analyzers.read.fixes import computed_finding_contract
+    from analyzers.read.report import build_report
 
-    analyze_run(con, run_id, progress=progress, runner=runner)
+    analyze_run(con, run_id, progress=progress, runner=runner, contract_of=computed_finding_contract)
     return build_report(con, run_id, errors=tuple(errors))
 
 

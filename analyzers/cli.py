@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from analyzers.safe_text import TRACE_TEXT_LIMIT, clip, is_utf8_text, terminal_safe, terminal_safe_lines
+from analyzers.common.safe_text import TRACE_TEXT_LIMIT, clip, is_utf8_text, terminal_safe, terminal_safe_lines
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_NOTHING_LOADED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
@@ -71,8 +71,8 @@ def _bounded_int(low: int, high: int):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from analyzers.runs import TRASH_RETENTION_DAYS
-    from analyzers.thresholds import MIN_FINDING_PCT
+    from analyzers.store.runs import TRASH_RETENTION_DAYS
+    from analyzers.common.thresholds import MIN_FINDING_PCT
 
     parser = _ArgumentParser(prog="python -m analyzers",
                                      description="TraceDoctor: find what wastes GPU time in PyTorch profiler traces.")
@@ -140,7 +140,7 @@ def parse_fail_on(specs: Sequence[str]) -> list[tuple[str, float]]:
     trip would let a CI job pass silently."""
     if not specs:
         return []
-    from analyzers.analyses import analysis_specs
+    from analyzers.analysis.kinds import analysis_specs
     kinds = sorted(analysis_specs())
     rules = []
     for spec in specs:
@@ -198,7 +198,7 @@ def _blank_paths(paths: Sequence[str]) -> bool:
 
 def _bad_name(name: str | None) -> bool:
     """--name given blank (an unset variable) or not UTF-8: refused, as rename in the dashboard is."""
-    from analyzers.runs import clean_run_name
+    from analyzers.store.runs import clean_run_name
 
     if name is None:
         return False
@@ -226,7 +226,7 @@ def _actor() -> str:
 def _purge_expired_trash(con) -> None:
     """Every write command first deletes the runs trashed longer ago than the retention, so the
     trash empties itself without a scheduler."""
-    from analyzers.runs import purge_trash
+    from analyzers.store.runs import purge_trash
 
     purge_trash(con, actor="retention")   # the retention rule, not the user running this command
 
@@ -234,7 +234,7 @@ def _purge_expired_trash(con) -> None:
 def _writable(con, what: str) -> bool:
     """False, after saying why, when the store is open read-only and the command must write to it;
     else True, once the expired trash is purged."""
-    from analyzers.store import read_only_reason
+    from analyzers.store.database import read_only_reason
 
     reason = read_only_reason(con)
     if reason is not None:
@@ -246,7 +246,7 @@ def _writable(con, what: str) -> bool:
 
 
 def _record_ingest(con, result) -> None:
-    from analyzers.runs import record_audit
+    from analyzers.store.runs import record_audit
 
     if result.run_id is not None and not result.reused:
         record_audit(con, "ingest", result.run_id, _actor(), f"{len(result.files)} file(s)")
@@ -262,7 +262,7 @@ class _StderrProgress:
         self.width = 0
 
     def __call__(self, stage: str, item: str, fraction: float, **details: Any) -> None:
-        from analyzers.progress import progress_text
+        from analyzers.common.progress import progress_text
 
         if not self.tty and details.get("done") == 0:   # "starting": the next line says more
             return
@@ -295,10 +295,10 @@ def _progress(args):
 
 def _events_root(args) -> str | None:
     """Where the run's events go as Parquet partitions (partitions.root_for); None: inside the store."""
-    from analyzers.partitions import root_for
-    from analyzers.store import default_db_path
+    from analyzers.store.partitions import root_for
+    from analyzers.store.database import default_db_path
 
-    from analyzers.partitions import root_problem
+    from analyzers.store.partitions import root_problem
 
     root = root_for(getattr(args, "events_dir", None), getattr(args, "cluster", None), args.db or default_db_path())
     problem = root_problem(root, args.db or default_db_path())
@@ -356,7 +356,7 @@ def _cmd_ingest(con, args) -> int:
         return EXIT_NOTHING_LOADED
     if len(results) > 1:
         from analyzers.ingest.jobs import MIXED_JOBS
-        from analyzers.queries import run_info
+        from analyzers.read.queries import run_info
 
         failed = len(results) - len(loaded)
         stored = f"{len(loaded)} run{'s' if len(loaded) != 1 else ''}"
@@ -390,7 +390,7 @@ def _print_json(value: Any) -> None:
 
 
 def _cmd_runs(con, args) -> int:
-    from analyzers.runs import list_runs
+    from analyzers.store.runs import list_runs
 
     runs = list_runs(con)
     if args.format == "json":
@@ -409,7 +409,7 @@ def _cmd_runs(con, args) -> int:
 
 
 def _cmd_trash(con, args) -> int:
-    from analyzers.runs import TRASH_RETENTION_DAYS, list_trash
+    from analyzers.store.runs import TRASH_RETENTION_DAYS, list_trash
 
     trashed = list_trash(con)
     if args.format == "json":
@@ -444,7 +444,7 @@ def _wanted_id(args) -> str | None:
 
 
 def _cmd_delete(con, args) -> int:
-    from analyzers.runs import delete_run, matching_run_ids, purge_run
+    from analyzers.store.runs import delete_run, matching_run_ids, purge_run
 
     wanted = _wanted_id(args)
     if wanted is None or not _writable(con, "delete"):
@@ -466,7 +466,7 @@ def _cmd_delete(con, args) -> int:
 
 
 def _cmd_restore(con, args) -> int:
-    from analyzers.runs import matching_run_ids, restore_run
+    from analyzers.store.runs import matching_run_ids, restore_run
 
     wanted = _wanted_id(args)
     if wanted is None or not _writable(con, "restore"):
@@ -482,17 +482,17 @@ def _stored_report(con, run_id: str, args=None) -> dict[str, Any] | None:
     """A stored run's report: re-analysed where the store is writable; on a read-only store the
     findings already stored, when this version wrote them (else None, after saying why)."""
     from analyzers.api import analyze_stored_run
-    from analyzers.findings import analysis_is_current
-    from analyzers.report import build_report
-    from analyzers.store import read_only_reason
+    from analyzers.read.stored import analysis_is_current
+    from analyzers.read.report import build_report
+    from analyzers.store.database import read_only_reason
 
-    from analyzers.partitions import require_readable
+    from analyzers.store.partitions import require_readable
 
     require_readable(con, run_id)   # else its figures would be those of the other ranks only
     reason = read_only_reason(con)
     if reason is None:
         _purge_expired_trash(con)
-        from analyzers.partitions import locations
+        from analyzers.store.partitions import locations
 
         if args is not None and args.cluster is not None and not locations(con, run_id):
             _say(f"note: run {run_id} keeps its events inside the store, where tasks cannot read them: "
@@ -509,8 +509,8 @@ def _stored_report(con, run_id: str, args=None) -> dict[str, Any] | None:
 
 def _cmd_analyze(con, args) -> int:
     from analyzers.api import ingest_and_analyze
-    from analyzers.report import render_html, render_markdown
-    from analyzers.runs import matching_run_ids, resolve_run_id
+    from analyzers.read.report import render_html, render_markdown
+    from analyzers.store.runs import matching_run_ids, resolve_run_id
 
     try:
         rules = parse_fail_on(args.fail_on)
@@ -583,8 +583,8 @@ def _emit(text: str, out: str | None) -> None:
 
 def _cmd_top(con, args) -> int:
     """The top kernels or ops of a stored run over the whole run, as a terminal-safe table or JSON."""
-    from analyzers import queries
-    from analyzers.runs import matching_run_ids
+    from analyzers.read import queries
+    from analyzers.store.runs import matching_run_ids
 
     wanted = _wanted_id(args)
     if wanted is None:
@@ -592,7 +592,7 @@ def _cmd_top(con, args) -> int:
     run_id = _unique_match(matching_run_ids(con, wanted), wanted, f"no stored run '{wanted}'")
     if run_id is None:
         return EXIT_NOTHING_LOADED
-    from analyzers.partitions import require_readable
+    from analyzers.store.partitions import require_readable
 
     require_readable(con, run_id)
     of_kind = args.of_kind or "kernels"
@@ -671,8 +671,8 @@ def _catch_stop_signals() -> dict[int, Any]:
 def _run_command(args) -> int:
     import duckdb
 
-    from analyzers.store import StoreBusy, connect_waiting
-    from analyzers.partitions import PartitionsMissing
+    from analyzers.store.database import StoreBusy, connect_waiting
+    from analyzers.store.partitions import PartitionsMissing
 
     try:
         con = connect_waiting(args.db, read_only=None)   # read-only where it cannot be written: reads still work

@@ -1,7 +1,7 @@
 """Where per-rank tasks run: in this process, or on a Dask distributed cluster.
 
 `python -m analyzers analyze PATH... --cluster ADDRESS` runs each rank's ingest and analyses as
-tasks (analyzers/rank_tasks.py) and the cross-rank work here, on the driver. ADDRESS is a Dask
+tasks (analyzers/execution/rank_tasks.py) and the cross-rank work here, on the driver. ADDRESS is a Dask
 scheduler's address (tcp://host:8786), or local:N to start N worker processes on this machine.
 Dask is imported only when a cluster is asked for (bench/README.md says why Dask, not Ray).
 
@@ -38,7 +38,7 @@ def max_local_workers() -> int:
 
 def task_connection():
     """An in-memory store for one task (or a worker's tasks), with the threads its worker may use."""
-    from analyzers.store import connect
+    from analyzers.store.database import connect
 
     con = connect(":memory:")
     threads = os.environ.get(TASK_THREADS_ENV_VAR, "")
@@ -108,7 +108,7 @@ class DaskCluster:
         task starts and the error is raised once the running ones finished."""
         from distributed import KilledWorker, as_completed
 
-        from analyzers.ingest.tempfiles import sweep_stale_temp_dirs
+        from analyzers.common.tempfiles import sweep_stale_temp_dirs
 
         tasks = list(tasks)
         futures = self.client.map(fn, tasks, pure=False)
@@ -201,6 +201,6 @@ def executor(address: str | None) -> Iterator[InProcess | DaskCluster]:
     finally:
         runner.close()
         if address is not None:
-            from analyzers.ingest.tempfiles import sweep_stale_temp_dirs
+            from analyzers.common.tempfiles import sweep_stale_temp_dirs
 
             sweep_stale_temp_dirs()

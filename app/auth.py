@@ -44,7 +44,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from analyzers.safe_text import page_markdown
+from analyzers.common.safe_text import page_markdown
 
 AUTH_ENV = "TRACEDOCTOR_AUTH"
 TOKENS_FILE_ENV = "TRACEDOCTOR_TOKENS_FILE"

@@ -1,4 +1,4 @@
-"""Plotly figures for the pages. Drawing only: every number comes from analyzers.queries / metrics.
+"""Plotly figures for the pages. Drawing only: every number comes from analyzers.read.queries / metrics.
 
 Plotly renders a subset of HTML in labels and hover text, and trace content (kernel names, pids)
 is untrusted, so every string from a trace goes through `esc` before it reaches a figure.
@@ -11,7 +11,7 @@ from typing import Iterable
 import pandas as pd
 import plotly.graph_objects as go
 
-from analyzers.safe_text import clip, html_text
+from analyzers.common.safe_text import clip, html_text
 
 PART_COLORS = {
     "compute_ms": ("compute", "#2e7d32"),

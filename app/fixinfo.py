@@ -4,21 +4,13 @@ from __future__ import annotations
 from typing import Any
 
 from accel.benchmarks import BENCHMARKS, table_rows
+from analyzers.read.fixes import fix_card, install_hint
 
 
 def fix_details(fix_id: str) -> dict[str, Any]:
-    """title, description, snippet, demo, needs for a fix id; a plain placeholder when unknown."""
-    try:
-        from accel import registry
-
-        fix = registry.get(fix_id)
-    except Exception:  # registry missing or id unknown: still show the id
-        fix = None
-    if fix is None:
-        return {"id": fix_id, "title": fix_id, "description": "", "snippet": "", "needs": [],
-                "demo": f"python -m accel.demo {fix_id} --out DIR"}
-    return {"id": fix.id, "title": fix.title, "description": fix.description, "snippet": fix.snippet,
-            "needs": list(fix.needs), "demo": fix.demo}
+    """title, description, snippet, demo, needs for a fix id (analyzers.read.fixes.fix_card)."""
+    card = fix_card(fix_id)
+    return {key: card[key] for key in ("id", "title", "description", "snippet", "needs", "demo")}
 
 
 def measured_gain(fix_id: str, text: str | None = None, plain: bool = False) -> list[dict[str, str]]:
@@ -37,17 +29,13 @@ def measured_gain(fix_id: str, text: str | None = None, plain: bool = False) -> 
 
 
 def pasteable(fix_id: str, metrics: Any = None) -> dict[str, Any]:
-    """The fix's code as a finding shows it (accel.registry Fix.snippet_for: the finding's metrics
-    filled in where the code reads them) and {name: what it stands for} for the names of the
-    user's program it reads; the bare placeholder for an unknown fix id."""
-    try:
-        from accel import registry
-
-        fix = registry.get(fix_id)
-        return {"snippet": fix.snippet_for(metrics), "placeholders": fix.placeholders(metrics),
-                "install": registry.INSTALL_HINT}
-    except Exception:  # registry missing, id unknown, or a snippet that does not parse: show nothing
+    """The fix's code as a finding shows it (the finding's metrics filled in where the code reads
+    them) and {name: what it stands for} for the names of the user's program it reads; nothing
+    for a fix id the registry does not know."""
+    card = fix_card(fix_id, metrics)
+    if not card["code"]:
         return {"snippet": "", "placeholders": {}, "install": ""}
+    return {"snippet": card["code"], "placeholders": card["names"], "install": install_hint()}
 
 
 # BENCHMARKS.md's column headers -> the dashboard's, in the order shown: the outcome first, so

@@ -1,14 +1,14 @@
 """The review section added to a run's downloaded report: each marked finding, its status and note.
 
-analyzers.report builds the report from the findings; review marks live beside them
-(analyzers.runs.get_marks), so the dashboard appends them here, escaped like the rest.
+analyzers.read.report builds the report from the findings; review marks live beside them
+(analyzers.store.runs.get_marks), so the dashboard appends them here, escaped like the rest.
 """
 from __future__ import annotations
 
 import html
 from typing import Any, Mapping
 
-from analyzers.safe_text import note_html, note_markdown
+from analyzers.common.safe_text import note_html, note_markdown
 from app.ui import MARK_LABELS, kind_title, md
 
 

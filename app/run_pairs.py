@@ -1,6 +1,6 @@
 """Which two runs the Compare page opens on: a before/after of one workload when the store has one,
 else two runs of the same shape (rank count and GPU model). Pure functions over the run list
-(analyzers.runs.list_runs rows plus each run's per-rank device names), so they are tested alone."""
+(analyzers.store.runs.list_runs rows plus each run's per-rank device names), so they are tested alone."""
 from __future__ import annotations
 
 import re

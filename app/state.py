@@ -33,11 +33,12 @@ import duckdb
 import pandas as pd
 import streamlit as st
 
-from analyzers import partitions, queries
-from analyzers.safe_text import page_markdown as md
-from analyzers import runs as run_store
-from analyzers.model import FileError
-from analyzers.store import StoreBusy, connect_waiting, default_db_path
+from analyzers.store import partitions
+from analyzers.read import queries
+from analyzers.common.safe_text import page_markdown as md
+from analyzers.store import runs as run_store
+from analyzers.common.model import FileError
+from analyzers.store.database import StoreBusy, connect_waiting, default_db_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES_ENV_VAR = "TRACEDOCTOR_SAMPLES"   # manifest to load on start; "" or "none" loads nothing
@@ -260,7 +261,7 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
     """Ingest the files, one run per job they come from (usually one; analyzers.ingest.ingest_jobs),
     and analyse each, under the write lock; audit (action, actor, detail) is recorded in the
     store's audit log with each run it gave. progress: told every file, rank and analysis stage
-    (analyzers/progress.py), with job=(i, n) when the files held several jobs. confine_to: read
+    (analyzers/common/progress.py), with job=(i, n) when the files held several jobs. confine_to: read
     only files under this directory, each through the descriptor its check opened (the data root).
 
     Returns one dict per job: {"run_id", "name", "reused", "renamed_from" (the stored name a typed
@@ -268,9 +269,10 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
     "error"}), "findings" (count), "analysis_error" (str or None)}.
     """
     from analyzers.cluster import CLUSTER_ENV_VAR, executor
-    from analyzers.findings import analyze_run
+    from analyzers.execution.pipeline import analyze_run
     from analyzers.ingest import ingest_jobs
-    from analyzers.progress import teller
+    from analyzers.read.fixes import computed_finding_contract
+    from analyzers.common.progress import teller
 
     tell = teller(progress)
     outcomes = []
@@ -304,7 +306,7 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
                 job = (number, len(results))
                 try:
                     outcome["findings"] = len(analyze_run(
-                        cur(), result.run_id, runner=runner,
+                        cur(), result.run_id, runner=runner, contract_of=computed_finding_contract,
                         progress=lambda stage, item, fraction, **details: tell(stage, item, fraction, job=job,
                                                                                **details)))
                 except Exception as exc:  # the run is stored; say plainly that its analysis failed
@@ -334,11 +336,12 @@ def load_placement(show_paths: bool = True) -> str | None:
 def reanalyze(run_id: str, actor: str | None = None, why: str | None = None) -> None:
     """Analyse the run again, recorded in the audit log as `reanalyse` by actor (why: the detail)."""
     from analyzers.cluster import CLUSTER_ENV_VAR, executor
-    from analyzers.findings import analyze_run
+    from analyzers.execution.pipeline import analyze_run
+    from analyzers.read.fixes import computed_finding_contract
 
     address = os.environ.get(CLUSTER_ENV_VAR) or None
     with lease().write_lock, executor(address if partitions.locations(cur(), run_id) else None) as engine:
-        analyze_run(cur(), run_id, runner=engine if address else None)
+        analyze_run(cur(), run_id, runner=engine if address else None, contract_of=computed_finding_contract)
         run_store.record_audit(cur(), "reanalyse", run_id, actor, why)
     st.cache_data.clear()
 
@@ -350,7 +353,7 @@ def record_refusal(action: str, actor: str | None, detail: str) -> None:
 
 
 def write(action: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run one analyzers.runs mutation (rename, tags, notes, marks, delete, restore) under the
+    """Run one analyzers.store.runs mutation (rename, tags, notes, marks, delete, restore) under the
     write lock; kwargs carry the actor the store's audit log records."""
     with lease().write_lock:
         return action(cur(), *args, **kwargs)
@@ -387,7 +390,8 @@ def _load_samples(path: str, manifest: str | None) -> list[FileError]:
     except ImportError as exc:  # a checkout without the ingest module still opens
         return [FileError(manifest, f"cannot load samples: {exc}")]
     try:
-        from analyzers.findings import analyze_run
+        from analyzers.execution.pipeline import analyze_run
+        from analyzers.read.fixes import computed_finding_contract
     except ImportError as exc:
         analyze_run = None
         problems.append(FileError(manifest, f"samples loaded without findings: {exc}"))
@@ -410,7 +414,7 @@ def _load_samples(path: str, manifest: str | None) -> list[FileError]:
                     analysed = con.execute("SELECT count(*) FROM findings WHERE run_id = ?",
                                            [result.run_id]).fetchone()[0]
                     if analyze_run is not None and (not result.reused or not analysed):
-                        analyze_run(con, result.run_id)
+                        analyze_run(con, result.run_id, contract_of=computed_finding_contract)
                     label = entry.get("label")
                     if label and not result.reused:
                         run_store.set_notes(con, result.run_id, label)
@@ -450,7 +454,7 @@ def list_runs() -> list[dict[str, Any]]:
 def code_version() -> str:
     """The analysis version of this code (the SQL library among it): a part of every cache key,
     so results computed by other SQL are not served after the code changed under a running server."""
-    from analyzers.findings import analysis_version
+    from analyzers.analysis.version import analysis_version
 
     return analysis_version()
 
@@ -479,7 +483,7 @@ def rank_breakdown(path: str, run_id: str) -> pd.DataFrame:
 
 @st.cache_data(show_spinner="Summarising the ranks of this run…", max_entries=64)
 def _rank_summary(path: str, run_id: str, version: str) -> pd.DataFrame:
-    from analyzers.metrics import rank_summary as summary
+    from analyzers.analysis.metrics import rank_summary as summary
 
     return pd.DataFrame(summary(cur(), run_id))
 
@@ -488,10 +492,19 @@ def rank_summary(path: str, run_id: str) -> pd.DataFrame:
     return _rank_summary(path, run_id, code_version())
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def _run_summary(path: str, run_id: str, version: str) -> dict:
+    return queries.run_summary(cur(), run_id)
+
+
+def run_summary(run_id: str) -> dict:
+    """The run-wide figures (queries.run_summary: mean steps, idle %, has_gpu)."""
+    return _run_summary(db_path(), run_id, code_version())
+
+
 def is_cpu_only(run_id: str) -> bool:
-    """A run whose ranks have step figures but no GPU activity (rank_summary leaves idle_pct unset)."""
-    summary = rank_summary(db_path(), run_id)
-    return bool(len(summary)) and bool(summary["idle_pct"].isna().all())
+    """A run whose ranks have no GPU activity (a CPU-only trace)."""
+    return bool(len(rank_summary(db_path(), run_id))) and not run_summary(run_id)["has_gpu"]
 
 
 @st.cache_data(show_spinner="Matching the collectives of this run across ranks…", max_entries=64)
@@ -675,7 +688,7 @@ def ensure_analysed(run_id: str) -> None:
     """Analyse a run whose findings are not this version's: one ingested with the CLI's `ingest`
     (which only loads), or analysed by an older TraceDoctor whose findings would be shown as
     current. A failure is shown, and the page goes on with what is stored."""
-    from analyzers.findings import analysis_is_current
+    from analyzers.read.stored import analysis_is_current
 
     failed = st.session_state.setdefault("_analysis_failed", {})
     if run_id in failed:   # tried once in this session: say so again rather than redo it on every click

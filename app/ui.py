@@ -6,10 +6,10 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from analyzers.contract import where_text
-from analyzers.findings import analysis_specs
-from analyzers.runs import MARK_LABELS   # one naming of review marks for the pages and the reports
-from analyzers.safe_text import csv_cell, page_markdown
+from analyzers.common.contract import where_text
+from analyzers.analysis.kinds import analysis_specs
+from analyzers.store.runs import MARK_LABELS   # one naming of review marks for the pages and the reports
+from analyzers.common.safe_text import csv_cell, page_markdown
 from app import auth, state
 
 KIND_TITLES = {kind: spec.title for kind, spec in analysis_specs().items()}   # declared by each analysis
@@ -20,7 +20,7 @@ def severity(value: str) -> str:
     """A colored Markdown badge for a severity (unknown values escaped)."""
     return SEVERITY_BADGES.get(value, md(value))
 
-md = page_markdown   # trace text made inert for st.markdown (analyzers.safe_text)
+md = page_markdown   # trace text made inert for st.markdown (analyzers.common.safe_text)
 
 
 def _csv_safe_value(value: Any) -> Any:
@@ -31,7 +31,7 @@ def _csv_safe_value(value: Any) -> Any:
 
 def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
     """The frame with every text cell a spreadsheet would run as a formula (= + - @ tab CR at its
-    start) shown with a leading ', as analyzers.safe_text.csv_cell writes it: object, string and
+    start) shown with a leading ', as analyzers.common.safe_text.csv_cell writes it: object, string and
     category columns and the items of list cells; numbers pass unchanged."""
     safe = frame.copy()
     for column in safe.columns:
@@ -120,7 +120,7 @@ def kind_title(kind: str) -> str:
     return KIND_TITLES.get(kind, kind.replace("_", " "))
 
 
-where = where_text   # ranks · step · stream · window (analyzers.contract)
+where = where_text   # ranks · step · stream · window (analyzers.common.contract)
 
 
 def need_run() -> str | None:

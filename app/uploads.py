@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from analyzers.ingest.sources import Limits
-from analyzers.ingest.tempfiles import make_upload_dir, remove_temp_dir
+from analyzers.common.tempfiles import make_upload_dir, remove_temp_dir
 
 MAX_UPLOAD_ENV = "TRACEDOCTOR_MAX_UPLOAD_MB"
 DEFAULT_MAX_UPLOAD_MB = 4096          # one load's files together; multi-rank traces are often GBs

@@ -32,10 +32,11 @@ import ingest as bench_ingest  # noqa: E402  (bench/ingest.py: the shared input 
 
 def _child_tracedoctor(folder: str, memory_limit: str | None) -> dict:
     sys.path.insert(0, str(REPO))
-    from analyzers.findings import analyze_run
+    from analyzers.execution.pipeline import analyze_run
+    from analyzers.read.fixes import computed_finding_contract
     from analyzers.ingest import ingest_paths
-    from analyzers.metrics import rank_summary
-    from analyzers.store import connect
+    from analyzers.analysis.metrics import rank_summary
+    from analyzers.store.database import connect
 
     with tempfile.TemporaryDirectory() as tmp:
         con = connect(Path(tmp) / "bench.duckdb")
@@ -44,7 +45,7 @@ def _child_tracedoctor(folder: str, memory_limit: str | None) -> dict:
         t0 = time.perf_counter()
         res = ingest_paths(con, [folder])
         t1, c1 = time.perf_counter(), time.process_time()
-        findings = analyze_run(con, res.run_id)
+        findings = analyze_run(con, res.run_id, contract_of=computed_finding_contract)
         ranks = rank_summary(con, res.run_id)
         t2, c2 = time.perf_counter(), time.process_time()
         events = con.execute("SELECT count(*) FROM events").fetchone()[0]

@@ -69,10 +69,11 @@ def _sample_rss(stop: threading.Event, peaks: dict) -> None:
 def _child(mode: str, folder: str, workers: int) -> dict:
     sys.path.insert(0, str(REPO))
     from analyzers.cluster import executor
-    from analyzers.findings import analyze_run
+    from analyzers.execution.pipeline import analyze_run
+    from analyzers.read.fixes import computed_finding_contract
     from analyzers.ingest import ingest_paths
-    from analyzers.report import build_report
-    from analyzers.store import connect
+    from analyzers.read.report import build_report
+    from analyzers.store.database import connect
 
     peaks: dict = {}
     stop = threading.Event()
@@ -89,7 +90,7 @@ def _child(mode: str, folder: str, workers: int) -> dict:
             res = ingest_paths(con, [folder], events_root=root, runner=runner)
             t2 = time.perf_counter()
             assert res.run_id and not res.errors, res.errors
-            analyze_run(con, res.run_id, runner=runner)
+            analyze_run(con, res.run_id, runner=runner, contract_of=computed_finding_contract)
             t3 = time.perf_counter()
             report = build_report(con, res.run_id)
             t4 = time.perf_counter()

@@ -104,7 +104,7 @@ def _child(kind: str, folder: str, memory_limit: str | None) -> dict:
     sys.path.insert(0, str(REPO))
     if kind.startswith("tracedoctor"):
         from analyzers.ingest import ingest_paths
-        from analyzers.store import connect
+        from analyzers.store.database import connect
         with tempfile.TemporaryDirectory() as tmp:
             con = connect(":memory:" if kind.endswith("memory") else Path(tmp) / "bench.duckdb")
             if memory_limit:

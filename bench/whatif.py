@@ -80,7 +80,7 @@ def replay_rows(db: str) -> list[dict]:
 def _step_errors(db: str, report: dict) -> list[float]:
     import duckdb
 
-    from analyzers.whatif import stored_whatif
+    from analyzers.analysis.whatif import stored_whatif
 
     run = report.get("run") or {}
     with duckdb.connect(db, read_only=True) as con:
@@ -121,10 +121,11 @@ def speed(size: str) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     import ingest as bench_ingest
 
-    from analyzers import findings as findings_module
+    from analyzers.execution import pipeline as findings_module
     from analyzers.ingest import ingest_paths
-    from analyzers.store import connect
-    from analyzers.whatif import analyse_whatif
+    from analyzers.store.database import connect
+    from analyzers.analysis.whatif import analyse_whatif
+    from analyzers.read.fixes import computed_finding_contract
 
     folder = bench_ingest.generate(size)
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,7 +136,7 @@ def speed(size: str) -> None:
         started = time.perf_counter()
         found, _, costs = findings_module.analyze_root_causes(con, run_id)
         analyse_s = time.perf_counter() - started
-        contracts = [findings_module.computed_finding_contract(f, costs.to_dict()) for f in found]
+        contracts = [computed_finding_contract(f, costs.to_dict()) for f in found]
         started = time.perf_counter()
         result = analyse_whatif(con, run_id, contracts)
         whatif_s = time.perf_counter() - started
@@ -178,8 +179,8 @@ def main() -> int:
         if (critical / "end_to_end__simple_add__input__trace.json.gz").exists():
             import duckdb
 
-            from analyzers.sqlrun import ensure_loaded
-            from analyzers.whatif.hta_check import compare, hta_critical, our_critical
+            from analyzers.sql.engine import ensure_loaded
+            from analyzers.analysis.whatif.hta_check import compare, hta_critical, our_critical
 
             report = analyse(critical / "end_to_end__simple_add__input__trace.json.gz", db)
             with duckdb.connect(db, read_only=True) as con:

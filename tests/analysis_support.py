@@ -5,10 +5,10 @@ import gzip
 import json
 from pathlib import Path
 
-from analyzers.findings import build_context
+from analyzers.analysis.context import build_context
 from analyzers.ingest import ingest_paths
-from analyzers.sqlrun import ensure_loaded
-from analyzers.store import connect
+from analyzers.sql.engine import ensure_loaded
+from analyzers.store.database import connect
 
 
 def sample_run_paths() -> list[Path]:

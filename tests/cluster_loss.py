@@ -10,7 +10,7 @@ import signal
 
 def _dies_on(victim: str, fn, task):
     if task.source.display.endswith(victim):
-        from analyzers.ingest.tempfiles import INGEST_PREFIX, make_temp_dir, temp_root
+        from analyzers.common.tempfiles import INGEST_PREFIX, make_temp_dir, temp_root
 
         scratch = make_temp_dir(INGEST_PREFIX, temp_root())
         with open(os.path.join(scratch, "inflated.part.json"), "wb") as out:

@@ -8,19 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from analyzers import queries, sqlrun
-from analyzers import thresholds as th
-from analyzers.findings import _without_prose, analysis_modules, analysis_specs, run_analyses
+from analyzers.read import queries
+from analyzers.sql import engine as sqlrun
+from analyzers.common import thresholds as th
+from analyzers.analysis.version import _without_prose
+from analyzers.analysis.kinds import analysis_modules, analysis_specs
+from analyzers.execution.pipeline import run_analyses
 from analyzers.ingest import ingest_paths
-from analyzers.model import ACROSS_RANKS_METRIC_KEYS, AnalysisSpec
-from analyzers.store import connect
+from analyzers.common.model import ACROSS_RANKS_METRIC_KEYS, AnalysisSpec
+from analyzers.store.database import connect
 from sample_traces.synthesize import synthesize
 
-ANALYZERS = Path(sqlrun.__file__).resolve().parent
+ANALYZERS = Path(sqlrun.__file__).resolve().parents[1]
 
 
 def test_every_analysis_folder_declares_one_spec():
-    folders = sorted(p.name for p in (ANALYZERS / "analyses").iterdir()
+    folders = sorted(p.name for p in (ANALYZERS / "analysis" / "kinds").iterdir()
                      if p.is_dir() and not p.name.startswith("_"))
     specs = analysis_specs()
     assert sorted(specs) == folders
@@ -63,7 +66,7 @@ def test_evidence_difference_templates_name_declared_metrics():
 
 def test_sql_files_require_every_file_whose_macros_they_call():
     files = sqlrun.sql_files()
-    names = {sqlrun._library_name(p): p for p in files}
+    names = {sqlrun.library_name(p): p for p in files}
     defined = {}
     for name, path in names.items():
         for macro in re.findall(r"CREATE OR REPLACE MACRO (\w+)", path.read_text()):
@@ -71,12 +74,12 @@ def test_sql_files_require_every_file_whose_macros_they_call():
     position = {name: i for i, name in enumerate(names)}
     for name, path in names.items():
         code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("--"))
-        closure, stack = set(), list(sqlrun._requires(path))
+        closure, stack = set(), list(sqlrun.requires(path))
         while stack:
             needed = stack.pop()
             if needed not in closure:
                 closure.add(needed)
-                stack.extend(sqlrun._requires(names[needed]))
+                stack.extend(sqlrun.requires(names[needed]))
         for macro, home in defined.items():
             if home != name and re.search(rf"\b{macro}\s*\(", code):
                 assert home in closure, f"{name} calls {macro}() of {home} without requiring it"
@@ -93,7 +96,7 @@ def test_a_missing_requirement_is_named(tmp_path, monkeypatch):
 
 
 def test_analysis_sql_holds_no_threshold_literals():
-    """Cut-offs reach the SQL as macro arguments from analyzers/thresholds.py: no macro parameter
+    """Cut-offs reach the SQL as macro arguments from analyzers/common/thresholds.py: no macro parameter
     has a numeric default, and no threshold's value is written into the SQL."""
     values = {str(int(v)) for v in th.DEFAULTS.values() if float(v).is_integer() and v >= 1000}
     for path in sqlrun.sql_files():

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from analyzers.findings import ANALYSIS_VERSION
-from analyzers.store import connect
+from analyzers.analysis.version import ANALYSIS_VERSION
+from analyzers.store.database import connect
 
 MS = 1_000_000  # ns
 
@@ -42,12 +42,12 @@ def add_event(con, run_id: str, rank: int, kind: str, name: str, ts_ns: int, dur
 
 
 def add_finding(con, run_id: str, finding_id: str, kind: str, cost_ms: float, cost_pct: float, rank=0,
-                step=1, t0_ns=0, t1_ns=10 * MS, fixes=("cuda_graph",), summary="", metrics=None) -> None:
+                step=1, t0_ns=0, t1_ns=10 * MS, summary="", metrics=None) -> None:
     con.execute(
         "INSERT INTO findings (run_id, finding_id, kind, severity, rank, step, stream, t_start_ns, t_end_ns, "
-        "cost_ns, cost_pct, metrics, fix_ids, summary) VALUES (?, ?, ?, 'high', ?, ?, 7, ?, ?, ?, ?, ?, ?, ?)",
+        "cost_ns, cost_pct, metrics, summary) VALUES (?, ?, ?, 'high', ?, ?, 7, ?, ?, ?, ?, ?, ?)",
         [run_id, finding_id, kind, rank, step, t0_ns, t1_ns, int(cost_ms * MS), cost_pct,
-         json.dumps(metrics or {"gap_ms": cost_ms}), list(fixes), summary or f"{kind} costs {cost_ms} ms per step"],
+         json.dumps(metrics or {"gap_ms": cost_ms}), summary or f"{kind} costs {cost_ms} ms per step"],
     )
 
 
@@ -73,8 +73,8 @@ def fill_before_run(con, run_id: str = BEFORE_RUN, name: str = "before") -> None
         add_event(con, run_id, 0, "kernel", "tiny_kernel", 15 * MS + i, 1, stream=7)
     add_event(con, run_id, 1, "kernel", "gemm_kernel", 0, 2 * MS, stream=7)
     add_event(con, run_id, 1, "kernel", "gemm_kernel", 5 * MS, 1 * MS, stream=7)
-    add_finding(con, run_id, "comm_exposed:r0", "comm_exposed", 2.0, 20.0, fixes=("ddp_bucket_tuning",))
-    add_finding(con, run_id, "launch_gap:r0:s7", "launch_gap", 3.5, 35.0, fixes=("cuda_graph", "compile_reduce_overhead"))
+    add_finding(con, run_id, "comm_exposed:r0", "comm_exposed", 2.0, 20.0)
+    add_finding(con, run_id, "launch_gap:r0:s7", "launch_gap", 3.5, 35.0)
 
 
 def fill_after_run(con, run_id: str = AFTER_RUN, name: str = "after") -> None:
@@ -83,7 +83,7 @@ def fill_after_run(con, run_id: str = AFTER_RUN, name: str = "after") -> None:
     add_event(con, run_id, 0, "user_annotation", "ProfilerStep#1", 0, 8 * MS)
     add_event(con, run_id, 0, "kernel", "gemm_kernel", 0, 6 * MS, stream=7)
     add_event(con, run_id, 0, "kernel", "ncclKernel_AllReduce_RING_LL_Sum_float", 6 * MS, 1 * MS, stream=20)
-    add_finding(con, run_id, "comm_exposed:r0", "comm_exposed", 1.0, 12.5, fixes=("ddp_bucket_tuning",))
+    add_finding(con, run_id, "comm_exposed:r0", "comm_exposed", 1.0, 12.5)
 
 
 def build_store(db_path) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analyzers.store import connect
+from analyzers.store.database import connect
 from test_app_helpers import AFTER_RUN, BEFORE_RUN, build_store
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def test_marking_a_finding_persists_in_the_store(hand_built, monkeypatch):
     assert not at.exception
     con = connect(hand_built, read_only=False)
     try:
-        from analyzers.runs import get_marks
+        from analyzers.store.runs import get_marks
 
         marks = get_marks(con, BEFORE_RUN)
     finally:
@@ -153,7 +153,7 @@ def test_ranks_and_communication_pages_draw_their_charts(hand_built, monkeypatch
 
 
 def test_rename_tag_delete_restore_and_purge_a_run(hand_built, monkeypatch):
-    from analyzers.runs import audit_log, list_trash
+    from analyzers.store.runs import audit_log, list_trash
 
     at = goto(open_app(monkeypatch, hand_built, run_id=AFTER_RUN), "views/runs.py")
     at.text_input[0].set_value("after bucket tuning")
@@ -264,7 +264,7 @@ def send_through_upload_route(ticket_id: str, files: list[tuple[str, bytes]], sl
 
 def test_upload_loads_good_files_and_names_the_broken_one(tmp_path, monkeypatch):
     pytest.importorskip("analyzers.ingest")
-    from analyzers.runs import audit_log
+    from analyzers.store.runs import audit_log
     from app import uploads
 
     at = goto(open_app(monkeypatch, tmp_path / "up.duckdb"), "views/load.py")
@@ -332,8 +332,8 @@ def test_bundled_samples_load_on_start_and_once(tmp_path, monkeypatch):
 
 
 def test_report_page_lists_findings_and_review_marks(hand_built, monkeypatch):
-    pytest.importorskip("analyzers.report")
-    from analyzers.runs import set_mark
+    pytest.importorskip("analyzers.read.report")
+    from analyzers.store.runs import set_mark
 
     con = connect(hand_built)
     set_mark(con, BEFORE_RUN, "launch_gap:r0:s7", "fixed", "CUDA graph <b>captured</b>")
@@ -372,7 +372,7 @@ def test_every_page_on_real_traces(trace, shared_traces, tmp_path, monkeypatch):
     con = connect(db)
     result = ingest_paths(con, [str(shared_traces / trace)])
     assert result.run_id is not None, result.errors
-    from analyzers.findings import analyze_run
+    from analyzers.execution.pipeline import analyze_run
 
     analyze_run(con, result.run_id)
     con.close()
@@ -387,7 +387,7 @@ def test_findings_beyond_the_third_are_folded(hand_built, monkeypatch):
 
     con = connect(hand_built)
     for i, cost in enumerate((1.5, 1.0, 0.5)):
-        add_finding(con, BEFORE_RUN, f"h2d_stall:r0:{i}", "h2d_stall", cost, cost * 10, fixes=("cuda_prefetcher",))
+        add_finding(con, BEFORE_RUN, f"h2d_stall:r0:{i}", "h2d_stall", cost, cost * 10)
     con.close()
     at = goto(open_app(monkeypatch, hand_built, run_id=BEFORE_RUN), "views/findings.py")
     labels = [plain(e.label) for e in at.expander]
@@ -468,7 +468,8 @@ def test_a_run_loaded_by_the_cli_ingest_is_analysed_when_opened(tmp_path, monkey
     """`python -m analyzers ingest` only loads; the Findings page must not call such a run clean."""
     from test_cli import _trace
 
-    from analyzers.findings import ANALYSIS_VERSION, analysis_is_current
+    from analyzers.analysis.version import ANALYSIS_VERSION
+    from analyzers.read.stored import analysis_is_current
     from analyzers.ingest import ingest_paths
 
     trace = tmp_path / "launch_bound.json"

@@ -1,12 +1,12 @@
-"""analyzers.queries on hand-built runs whose every number is known (see test_app_helpers)."""
+"""analyzers.read.queries on hand-built runs whose every number is known (see test_app_helpers)."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from analyzers import queries
-from analyzers.store import connect
+from analyzers.read import queries
+from analyzers.store.database import connect
 from test_app_helpers import AFTER_RUN, BEFORE_RUN, MS, add_event, fill_after_run, fill_before_run
 
 
@@ -117,16 +117,18 @@ def test_collectives_busbw_factor_for_all_gather(con):
 
 
 def test_findings_come_costliest_first_with_their_marks(con):
-    from analyzers.runs import set_mark
+    from accel import registry
+    from analyzers.store.runs import set_mark
 
     set_mark(con, BEFORE_RUN, "comm_exposed:r0", "to_fix", "try bucket_cap_mb=100")
     found = queries.findings(con, BEFORE_RUN)
     assert [f["id"] for f in found] == ["launch_gap:r0:s7", "comm_exposed:r0"]
     assert found[0]["cost_ms_per_step"] == pytest.approx(3.5)
-    # stored as [cuda_graph, compile_reduce_overhead]; read back in verdict order: this finding does not
-    # measure syncs per step, which decides whether CUDA graphs fit, so the fix that applies comes first
-    assert found[0]["fixes"] == ["compile_reduce_overhead", "cuda_graph"]
-    assert list(found[0]["fixes_unknown"]) == ["cuda_graph"] and "syncs_per_step" in found[0]["fixes_unknown"]["cuda_graph"]
+    # fixes are chosen when read, from the kind and the stored metrics: this finding does not measure
+    # syncs per step, which decides whether CUDA graphs fit, so the fix that applies comes first
+    assert found[0]["fixes"][:2] == ["compile_reduce_overhead", "cuda_graph"]
+    assert found[0]["fixes"] == registry.fixes_for("launch_gap", found[0]["metrics"])
+    assert list(found[0]["fixes_unknown"])[0] == "cuda_graph" and "syncs_per_step" in found[0]["fixes_unknown"]["cuda_graph"]
     assert found[1]["mark_status"] == "to_fix" and found[1]["mark_note"] == "try bucket_cap_mb=100"
     assert found[0]["mark_status"] is None
 

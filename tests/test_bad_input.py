@@ -8,7 +8,7 @@ import os
 import pytest
 
 from analyzers.ingest import Limits, ingest_paths
-from analyzers.store import connect
+from analyzers.store.database import connect
 from test_ingest_support import event, mixed_events, trace_text, write, write_tar_gz, write_zip
 
 

@@ -147,7 +147,7 @@ def test_blank_ids_and_paths_are_refused_not_read_as_everything(job, tmp_path):
 
 def test_delete_with_an_ambiguous_prefix_names_the_matches(tmp_path):
     from analyzers.ingest import ingest_paths
-    from analyzers.store import connect
+    from analyzers.store.database import connect
     db = tmp_path / "store.duckdb"
     con = connect(db)
     ids = set()
@@ -184,7 +184,7 @@ def test_a_store_held_by_another_process_is_named_in_plain_words(job, tmp_path):
     holder = duckdb.connect(str(db))
     try:
         env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-        code = ("import analyzers.store as s, sys; s._LOCK_WAIT_S = 0.5; "
+        code = ("import analyzers.store.database as s, sys; s._LOCK_WAIT_S = 0.5; "
                 "from analyzers.cli import main; sys.exit(main(sys.argv[1:]))")
         proc = subprocess.run([sys.executable, "-c", code, "runs", "--db", str(db)], capture_output=True,
                               text=True, env=env, timeout=120)
@@ -208,8 +208,8 @@ def _os_user() -> str:
 
 
 def test_delete_moves_the_run_to_the_trash_and_restore_brings_it_back(job, tmp_path):
-    from analyzers.runs import audit_log
-    from analyzers.store import connect
+    from analyzers.store.runs import audit_log
+    from analyzers.store.database import connect
 
     db = tmp_path / "store.duckdb"
     run_id = run_cli("ingest", str(job), db=db).stdout.strip()
@@ -246,7 +246,7 @@ def _read_only_call(db: Path, *argv: str) -> tuple[int, str]:
     import io
 
     from analyzers import cli
-    from analyzers.store import connect
+    from analyzers.store.database import connect
 
     args = cli.build_parser().parse_args(list(argv))
     con = connect(db, read_only=True)
@@ -287,8 +287,9 @@ def test_analyze_path_imports_no_heavy_layers(job, tmp_path):
 
 
 def test_ingest_leaves_the_run_unanalysed_and_analyze_marks_it_current(tmp_path):
-    from analyzers.findings import ANALYSIS_VERSION, analysis_is_current
-    from analyzers.store import connect
+    from analyzers.analysis.version import ANALYSIS_VERSION
+    from analyzers.read.stored import analysis_is_current
+    from analyzers.store.database import connect
 
     path = tmp_path / "launch_bound.json"
     path.write_text(json.dumps(_trace(0, 1, kernel_us=50.0, gap_us=300.0)))
@@ -357,8 +358,8 @@ def test_a_split_ingest_counts_only_the_runs_it_stored(tmp_path):
 def test_the_audit_actor_is_the_os_account_and_a_restore_by_ingest_names_it(job, tmp_path):
     """$LOGNAME/$USER (anyone sets them) do not name the actor; files of a trashed run ingested
     again restore it under the same name, not NULL."""
-    from analyzers.runs import audit_log
-    from analyzers.store import connect
+    from analyzers.store.runs import audit_log
+    from analyzers.store.database import connect
 
     db = tmp_path / "store.duckdb"
     env = {**os.environ, "PYTHONPATH": str(REPO), "LOGNAME": "mallory", "USER": "mallory"}

@@ -1,5 +1,5 @@
-"""Runs kept as Parquet partitions (analyzers/partitions.py), and their ingest and per-rank analyses
-as tasks on a Dask cluster (analyzers/cluster.py, analyzers/rank_tasks.py).
+"""Runs kept as Parquet partitions (analyzers/store/partitions.py), and their ingest and per-rank analyses
+as tasks on a Dask cluster (analyzers/cluster.py, analyzers/execution/rank_tasks.py).
 
 The report (run, ranks, findings, notes) of every sample run and real trace must be exactly that of
 the embedded store: with the events as Parquet in a local folder, in fsspec's memory filesystem
@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from analyzers import partitions
+from analyzers.store import partitions
 from analyzers.cluster import InProcess, check_address, executor
-from analyzers.findings import analyze_run, stored_rank_table
-from analyzers.metrics import rank_summary
+from analyzers.execution.pipeline import analyze_run
+from analyzers.read.stored import stored_rank_table
+from analyzers.analysis.metrics import rank_summary
 from analyzers.ingest import ingest_jobs, ingest_paths
-from analyzers.report import build_report
-from analyzers.runs import delete_run, purge_run
-from analyzers.store import connect
+from analyzers.read.report import build_report
+from analyzers.store.runs import delete_run, purge_run
+from analyzers.store.database import connect
 from tests.analysis_support import sample_run_paths, shared_trace_names
 from tests.conftest import REPO_ROOT
 

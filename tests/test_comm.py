@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from analyzers import thresholds as th
-from analyzers.analyses import comm_exposed
+from analyzers.common import thresholds as th
+from analyzers.analysis.kinds import comm_exposed
 from analysis_support import ingest_clean, run_analysis
 from sample_traces.synthesize import Workload, synthesize
 

@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 from streamlit.proto.Metric_pb2 import Metric
 
-from analyzers.store import connect
+from analyzers.store.database import connect
 from app.run_pairs import default_pair
 from test_app_helpers import AFTER_RUN, BEFORE_RUN, MS, add_event, add_run
 from test_app_pages import goto, hand_built, open_app, plain, texts  # noqa: F401  (hand_built is a fixture)

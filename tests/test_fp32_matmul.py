@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from analysis_support import hand_written_store
-from analyzers.findings import computed_finding_contract
-from analyzers.analyses.fp32_matmul import short_name, tensor_cores, tf32_capable
-from analyzers.findings import run_analyses
+from analyzers.read.fixes import computed_finding_contract
+from analyzers.analysis.kinds.fp32_matmul import short_name, tensor_cores, tf32_capable
+from analyzers.execution.pipeline import run_analyses
 from test_launch_gap import US, ev, launch
 
 SIMT = ["volta_sgemm_128x64_nn",
@@ -145,7 +145,7 @@ def test_fp32_left_over_where_tf32_already_runs_is_not_sent_to_tf32():
     con.close()
     assert f.metrics["tf32_in_use"] is True and f.metrics["tf32_capable"] is True
     assert "TF32 is already on here" in f.summary
-    assert f.fix_ids == ["amp_autocast", "tf32_matmul"]
+    assert computed_finding_contract(f)["fixes"] == ["amp_autocast", "tf32_matmul"]
     assert "already on" in computed_finding_contract(f)["fixes_ruled_out"]["tf32_matmul"]
 
 

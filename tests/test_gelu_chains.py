@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from accel import registry
 from analysis_support import hand_written_store
-from analyzers.findings import analyze_run
+from analyzers.execution.pipeline import analyze_run
 from test_launch_gap import synthetic_events
 
 GELU = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&)>"
@@ -51,6 +51,15 @@ def test_the_triton_fusion_is_ruled_out_without_a_chain_and_listed_after_the_fix
                                                             kind="launch_gap").status == "applies"
 
 
-def test_stored_fix_order_follows_the_verdicts_read_back():
-    from analyzers.findings import order_fixes
-    assert order_fixes(["a", "b", "c", "d"], {"a": "no"}, {"b": "?"}) == ["c", "d", "b", "a"]
+def test_fixes_read_back_put_the_ruled_out_ones_last_those_the_trace_cannot_use_after_the_rest():
+    from analyzers.read.fixes import choose_fixes
+    metrics = {"syncs_per_step": 1.0, "optimizer_kernel_share": 0.3, "elementwise_kernel_share": 0.9,
+               "gelu_chains_per_step": 0.0}
+    on_gpu = choose_fixes("launch_gap", metrics, {"has_gpu": True, "ranks": 1})
+    assert on_gpu.ids == registry.fixes_for("launch_gap", metrics)
+    assert list(on_gpu.ruled_out) == ["triton_fused_elementwise"] and on_gpu.ids[-1] == "triton_fused_elementwise"
+    on_cpu = choose_fixes("launch_gap", metrics, {"has_gpu": False, "ranks": 1})
+    needing_cuda = [f for f in on_cpu.ids if {"cuda", "triton", "multi_gpu"} & set(registry.get(f).needs)]
+    assert needing_cuda and all("CUDA GPU" in on_cpu.ruled_out[f] for f in needing_cuda)
+    # ruled out by the metrics first, then by what the trace lacks; the others keep the registry's order
+    assert on_cpu.ids == sorted(on_cpu.ids, key=lambda f: (f in on_cpu.ruled_out, f in needing_cuda))

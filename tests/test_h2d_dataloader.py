@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from analyzers.findings import analyze_run, run_analyses
+from analyzers.read.fixes import computed_finding_contract
+from analyzers.execution.pipeline import analyze_run, run_analyses
 from analyzers.ingest import ingest_paths
-from analyzers.metrics import rank_summary
-from analyzers.store import connect
+from analyzers.analysis.metrics import rank_summary
+from analyzers.store.database import connect
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def test_zero_workers_is_input_bound(resnet):
     assert top.cost_pct == pytest.approx(19.0, abs=0.3)
     assert top.metrics["num_workers"] == 0
     assert top.metrics["wait_ms_per_step"] == pytest.approx(46.6, abs=0.3)
-    assert "dataloader_tuning" in top.fix_ids
+    assert "dataloader_tuning" in computed_finding_contract(top)["fixes"]
 
 
 def test_predicted_saving_matches_the_four_worker_run(resnet):

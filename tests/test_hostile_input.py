@@ -21,8 +21,9 @@ import duckdb
 import pytest
 
 from analyzers.ingest import Limits, ingest_paths
-from analyzers.ingest import sources, tempfiles
-from analyzers.store import connect, read_only_reason
+from analyzers.common import tempfiles
+from analyzers.ingest import sources
+from analyzers.store.database import connect, read_only_reason
 from test_bad_input import assert_plain, con, errors_by_file, good, store_counts  # noqa: F401 - fixtures
 from test_ingest_support import event, mixed_events, trace_text, write, write_tar_gz, write_zip
 
@@ -222,7 +223,7 @@ def test_a_full_store_disk_fails_the_call_at_once_without_blaming_the_trace(con,
     def disk_full(*args, **kwargs):
         calls.append(1)
         raise duckdb.IOException(f'IO Error: Could not write file "{tmp_path}/store.duckdb": No space left on device')
-    monkeypatch.setattr("analyzers.ingest.core.insert_events", disk_full)
+    monkeypatch.setattr("analyzers.ingest.run_writer.insert_events", disk_full)
     other = write(tmp_path / "rank1.json", trace_text([event()], {"distributedInfo": {"rank": 1}}))
     res = ingest_paths(con, [good, other])
     assert len(calls) == 1                                   # no retry file by file
@@ -338,7 +339,7 @@ def test_the_temp_folder_of_a_killed_process_goes_at_the_next_sweep_not_a_day_la
     the next sweep, because its lock is free; a live process's folder is left alone."""
     maker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, time
-        from analyzers.ingest import tempfiles
+        from analyzers.common import tempfiles
         path = tempfiles.make_temp_dir(tempfiles.INGEST_PREFIX, {str(tmp_path)!r})
         open(os.path.join(path, "copy.part.json"), "wb").write(b" " * 4096)
         print(path, flush=True)
@@ -366,7 +367,7 @@ def test_upload_dir_is_locked_until_removed(tmp_path, monkeypatch):
 def test_sigterm_removes_the_ingest_temp_directory(tmp_path):
     script = textwrap.dedent("""
         import sys, time
-        from analyzers.ingest.tempfiles import ingest_temp_dir, install_sigterm_cleanup
+        from analyzers.common.tempfiles import ingest_temp_dir, install_sigterm_cleanup
         assert install_sigterm_cleanup()
         with ingest_temp_dir() as tmpdir:
             open(tmpdir + "/range.part.json", "w").write("[]")
@@ -405,7 +406,7 @@ def test_killed_ingest_does_not_grow_the_store(tmp_path):
     db = tmp_path / "store.duckdb"
     connect(db).close()
     big = incompressible_trace(tmp_path / "big.json", 400_000)
-    script = (f"from analyzers.store import connect; from analyzers.ingest import ingest_paths; "
+    script = (f"from analyzers.store.database import connect; from analyzers.ingest import ingest_paths; "
               f"ingest_paths(connect({str(db)!r}), [{str(big)!r}], "
               f"progress=lambda stage, f, x: stage == 'writing' and print(stage, flush=True))")
     sizes = []

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from analyzers.ingest import ingest_paths
-from analyzers.metrics import rank_summary
-from analyzers.store import connect
+from analyzers.analysis.metrics import rank_summary
+from analyzers.store.database import connect
 
 # trace, rank, idle %, compute %, non-compute %, comm/comp overlap % (None: no communication)
 HTA_FIGURES = [

@@ -30,9 +30,9 @@ from typing import Any
 
 import pytest
 
-from analyzers import thresholds as th
-from analyzers.analyses import fp32_matmul
-from analyzers.findings import build_context
+from analyzers.common import thresholds as th
+from analyzers.analysis.kinds import fp32_matmul
+from analyzers.analysis.context import build_context
 from sample_traces.synthesize import synthesize
 
 from analysis_support import ingest_clean
@@ -230,14 +230,14 @@ def test_gloo_job_blocked_communication_per_inferred_step(tmp_path):
 
 # --- the GPU-idle analyses and the ranks table -----------------------------------------------------
 # launch_gap, host_sync and h2d_stall split the GPU's idle gaps (lib/gaps.sql) and count launches,
-# syncs, copies, tiny-kernel runs and GELU chains; the report's ranks table (analyzers/metrics.py
+# syncs, copies, tiny-kernel runs and GELU chains; the report's ranks table (analyzers/analysis/metrics.py
 # rank_summary) shows comm and host-to-device copy time per step. All of them per step too.
 
 def pipeline_per_step_figures(paths: list[Path]) -> dict[str, Any]:
     """Every per-step figure of launch_gap, host_sync, h2d_stall and the ranks table, per rank,
     like per_step_figures."""
-    from analyzers.analyses import h2d_stall, host_sync, launch_gap
-    from analyzers.metrics import rank_summary
+    from analyzers.analysis.kinds import h2d_stall, host_sync, launch_gap
+    from analyzers.analysis.metrics import rank_summary
 
     con, run_id = ingest_clean(paths)
     ctx = build_context(con, run_id)
@@ -326,7 +326,7 @@ def test_warm_up_launches_and_gelu_chains_are_no_steps():
     per step, launch_gap counts the chains and launches of the two steps only (whole-trace counts
     gave 1.5 chains and 4 launches per step)."""
     from analysis_support import hand_written_store
-    from analyzers.findings import analyze_run
+    from analyzers.execution.pipeline import analyze_run
     from test_gelu_chains import GELU
     from test_launch_gap import ev, launch
 

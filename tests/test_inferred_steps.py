@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzers.findings import analyze_run, build_context, run_analyses
-from analyzers.queries import findings as stored_findings
-from analyzers.sqlrun import ensure_loaded
-from analyzers.store import connect
+from analyzers.execution.pipeline import analyze_run, run_analyses
+from analyzers.analysis.context import build_context
+from analyzers.read.queries import findings as stored_findings
+from analyzers.sql.engine import ensure_loaded
+from analyzers.store.database import connect
 
 from analysis_support import hand_written_store, ingest_clean
 from test_metrics_intervals import ev, insert_events

@@ -7,10 +7,10 @@ import duckdb
 import pytest
 
 from analyzers.ingest import Limits, ingest_paths
-from analyzers.ingest import core as ingest_core
+from analyzers.ingest import run_writer as ingest_core
 from analyzers.ingest import parse as ingest_parse
 from analyzers.ingest.layout import scan_layout
-from analyzers.store import connect
+from analyzers.store.database import connect
 from test_ingest_support import (EPOCH_TS, EPOCH_TS_NS, EXPECTED_MIXED_KINDS, event, mixed_events,
                                  old_schema_events, trace_text, write, write_tar_gz, write_zip)
 
@@ -242,7 +242,7 @@ def test_many_parts_give_the_same_rows(con, tmp_path, monkeypatch, bad_cut):
     path = write(tmp_path / "big.json", trace_text(events))
     if bad_cut:
         from analyzers.ingest import layout
-        monkeypatch.setattr(layout, "_next_event_start",
+        monkeypatch.setattr(layout, "next_event_start",
                             lambda mm, lo, hi: mm.find(b'{"a"', lo, hi) if mm.find(b'{"a"', lo, hi) >= 0 else None)
     calls = []
     real_write_parts = ingest_core.write_parts

@@ -6,7 +6,7 @@ import json
 import threading
 
 from analyzers.ingest import ingest_paths
-from analyzers.store import connect
+from analyzers.store.database import connect
 
 
 def _write_job(directory, ranks: int, offset_us: float) -> str:

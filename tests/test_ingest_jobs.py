@@ -10,7 +10,7 @@ import pytest
 from analyzers.cli import main
 from analyzers.ingest import ingest_jobs, ingest_paths
 from analyzers.ingest.jobs import JOB_START_GAP_US, JobFile, group_jobs
-from analyzers.store import connect
+from analyzers.store.database import connect
 
 DAY_US = 86_400 * 10**6
 T0 = 1_700_000_000_000_000     # 2023-11-14, epoch µs as older Kineto writes ts

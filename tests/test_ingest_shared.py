@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 
 from analyzers.ingest import ingest_paths
-from analyzers.store import connect
+from analyzers.store.database import connect
 
 SINGLE_FILES = ["alexnet_single_gpu.json.gz", "cpu_only_rank34.json.gz", "nccl_allreduce_with_sizes.json.gz",
                 "no_distributed_info_cpu_ops.json.gz", "resnet50_num_workers_0.json.gz",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from analyzers.sqlrun import ensure_loaded
-from analyzers.store import connect
-from analyzers import thresholds
+from analyzers.sql.engine import ensure_loaded
+from analyzers.store.database import connect
+from analyzers.common import thresholds
 from tests.analysis_support import hand_written_store, ingest_clean
 
 # name -> (family, dtype, tensor/matrix core, communication)
@@ -100,7 +100,7 @@ def test_symmetric_memory_all_reduce_is_communication_time():
 def test_modern_gemms_count_as_tensor_and_matrix_core_work(shared_traces):
     """H100 (cutlass sm80 + cuBLAS sm90_xmma) and MI300X (hipBLASLt Cijk_ with MFMA, Triton attn_fwd,
     MIOpen igemm gtcx): every GEMM, convolution and attention kernel counts as tensor/matrix-core."""
-    from analyzers.queries import top_kernels
+    from analyzers.read.queries import top_kernels
 
     for trace in ("h100__Falconsai_nsfw_image_detection__1016002.json.gz",
                   "mi300__Falconsai_nsfw_image_detection__1016002.json.gz"):

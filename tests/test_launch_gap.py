@@ -8,9 +8,9 @@ import json
 import pytest
 
 from analysis_support import hand_written_store
-from analyzers.findings import analyze_run, run_analyses
-from analyzers.metrics import rank_breakdown_rows
-from analyzers.store import connect
+from analyzers.execution.pipeline import analyze_run, run_analyses
+from analyzers.analysis.metrics import rank_breakdown_rows
+from analyzers.store.database import connect
 
 US = 1000  # ns per microsecond
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -143,7 +143,7 @@ def test_alexnet_host_syncs_are_found(real):
 
 @pytest.mark.parametrize("name", ["cpu_only_rank34", "no_distributed_info_cpu_ops"])
 def test_cpu_only_traces_say_so_and_find_nothing_gpu(real, name):
-    from analyzers.findings import kinds_measured_without_gpu
+    from analyzers.analysis.kinds import kinds_measured_without_gpu
 
     findings, notes = real[name]
     # only what the host shows (cpu_only_rank34's training thread waits on gloo: comm_exposed)

@@ -15,8 +15,8 @@ import pytest
 from analyzers.api import ingest_and_analyze
 from analyzers.ingest import ingest_paths
 from analyzers.ingest.memory_files import MemoryFileError, MemoryLimits, load_snapshot, sniff
-from analyzers.memory_queries import op_stats, rank_memory, snapshot_summaries
-from analyzers.store import connect
+from analyzers.read.memory_queries import op_stats, rank_memory, snapshot_summaries
+from analyzers.store.database import connect
 
 from memory_jobs import LEAK_BYTES, SPIKE_BYTES, run_job
 

@@ -7,7 +7,7 @@ import pickle
 from streamlit.testing.v1 import AppTest
 
 from analyzers.api import ingest_and_analyze
-from analyzers.store import connect
+from analyzers.store.database import connect
 from test_app_pages import HOME, goto, texts
 from test_memory import _gpu_trace, _snapshot
 

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from analyzers.sqlrun import ensure_loaded
-from analyzers.store import connect
+from analyzers.sql.engine import ensure_loaded
+from analyzers.store.database import connect
 
 
 @pytest.fixture()

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analyzers import queries
-from analyzers.findings import analyze_run
+from analyzers.read import queries
+from analyzers.execution.pipeline import analyze_run
 from analyzers.ingest import ingest_paths
-from analyzers.report import build_report
-from analyzers.store import connect
+from analyzers.read.report import build_report
+from analyzers.store.database import connect
 from tests.analysis_support import shared_trace_runs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from analyzers.cli import main
-from analyzers.queries import op_perf
+from analyzers.read.queries import op_perf
 from tests.analysis_support import hand_written_store, ingest_clean
 
 PAIR = {"h100": "h100__Falconsai_nsfw_image_detection__1016002.json.gz",

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from analyzers import cli, queries
-from analyzers import thresholds as th
+from analyzers import cli
+from analyzers.read import queries
+from analyzers.common import thresholds as th
 from analyzers.ingest import ingest_paths
-from analyzers.sqlrun import ensure_loaded
-from analyzers.store import connect
+from analyzers.sql.engine import ensure_loaded
+from analyzers.store.database import connect
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "sample_traces"

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from streamlit import dataframe_util
 
-from analyzers.store import connect
+from analyzers.store.database import connect
 from app import ui
 from test_app_helpers import AFTER_RUN, BEFORE_RUN
 from test_app_pages import goto, hand_built, open_app  # noqa: F401  (hand_built is a fixture)

@@ -1,4 +1,4 @@
-"""analyze_run runs the per-rank analyses rank by rank (analyzers.sqlrun.RunCache.only): on every
+"""analyze_run runs the per-rank analyses rank by rank (analyzers.sql.engine.RunCache.only): on every
 sample run, real trace and the bench's 8 x 128 MB run, its findings, notes and run costs must be
 exactly those of one pass over the whole run (analyze_root_causes(per_rank=False))."""
 from __future__ import annotations
@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from analyzers import thresholds as th
-from analyzers.findings import analyze_root_causes, computed_finding_contract
+from analyzers.common import thresholds as th
+from analyzers.execution.pipeline import analyze_root_causes
+from analyzers.read.fixes import computed_finding_contract
 from analyzers.ingest import ingest_paths
-from analyzers.sqlrun import _VIEW_THRESHOLDS, ACROSS_RANK_VIEWS, RANK_VIEWS, ensure_loaded, run_cache
-from analyzers.store import connect
+from analyzers.sql.engine import VIEW_THRESHOLDS, ACROSS_RANK_VIEWS, RANK_VIEWS, ensure_loaded, run_cache
+from analyzers.store.database import connect
 from tests.analysis_support import sample_run_paths, shared_trace_names
 from tests.conftest import REPO_ROOT
 
@@ -57,7 +58,7 @@ def test_bench_8x128mb_agrees():
 
 def _rows_by_rank(con, view: str, run_id: str) -> list[tuple]:
     """(rank, rows) of a cached view, its thresholds at their defaults."""
-    names = _VIEW_THRESHOLDS.get(view, ())
+    names = VIEW_THRESHOLDS.get(view, ())
     return con.execute(f"SELECT rank, count(*) FROM {view}(?{', ?' * len(names)}) GROUP BY rank ORDER BY rank",
                        [run_id, *(th.DEFAULTS[name] for name in names)]).fetchall()
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from analyzers.findings import analysis_modules, analyze_run
+from analyzers.read.fixes import computed_finding_contract
+from analyzers.analysis.kinds import analysis_modules
+from analyzers.execution.pipeline import analyze_run
 from analyzers.ingest import ingest_paths
-from analyzers.store import connect
+from analyzers.store.database import connect
 from sample_traces.synthesize import synthesize
 
 COST_TOLERANCE = 0.15      # the task's bar: within 15% of the planted cost
@@ -81,7 +83,7 @@ def test_nothing_reported_that_was_not_planted(planted):
 def test_findings_carry_fixes_and_a_window(planted):
     _scenario, _truth, findings = planted
     for f in findings:
-        assert f.fix_ids, f"{f.finding_id} has no fix"
+        assert computed_finding_contract(f)["fixes"], f"{f.finding_id} has no fix"
         assert f.summary and f.severity in {"high", "medium", "low"}
         if f.t_start_ns is not None:
             assert f.t_end_ns is not None and f.t_start_ns <= f.t_end_ns

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from analyzers.cli import _StderrProgress, main
-from analyzers.findings import analyze_run
+from analyzers.execution.pipeline import analyze_run
 from analyzers.ingest import ingest_paths
-from analyzers.progress import progress_text, teller
-from analyzers.store import connect
+from analyzers.common.progress import progress_text, teller
+from analyzers.store.database import connect
 
 
 def rank_trace(rank: int, world: int, start_us: int = 1_700_000_000_000_000, kernels: int = 3) -> str:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzers import thresholds as th
-from analyzers.analyses import rank_imbalance
+from analyzers.common import thresholds as th
+from analyzers.analysis.kinds import rank_imbalance
 from analysis_support import ingest_clean, run_analysis
-from analyzers.findings import build_context
+from analyzers.analysis.context import build_context
 from sample_traces.synthesize import synthesize
 
 
@@ -251,7 +251,7 @@ def test_imbalance_moving_between_ranks_is_costed_per_step(tmp_path):
 
 
 def test_synthesized_spike_step_is_reported_as_nothing_else(tmp_path):
-    from analyzers.findings import analyze_run
+    from analyzers.execution.pipeline import analyze_run
     truth = synthesize(tmp_path, "spike_step", steps=6, seed=4)
     [spike] = truth["planted"]
     assert truth["problems"] == [] and spike["kind"] == "step_outlier"

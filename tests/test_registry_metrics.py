@@ -1,6 +1,6 @@
 """The fix registry against the analyses: every metric a fix reads is one the kinds it addresses
 emit, a metric that is missing leaves a fix 'unknown' (never 'applies'), and every cut-off the
-fix library uses is a named threshold in analyzers/thresholds.py."""
+fix library uses is a named threshold in analyzers/common/thresholds.py."""
 from __future__ import annotations
 
 import ast
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from accel import registry
-from analyzers import thresholds as th
-from analyzers.findings import analysis_specs, run_analyses
-from analyzers.model import ACROSS_RANKS_METRIC_KEYS
+from analyzers.common import thresholds as th
+from analyzers.analysis.kinds import analysis_specs
+from analyzers.execution.pipeline import run_analyses
+from analyzers.common.model import ACROSS_RANKS_METRIC_KEYS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # modules whose numbers decide whether a fix applies or which setting it picks
@@ -125,7 +126,7 @@ def test_ruled_out_beats_unknown_and_verdicts_serialise():
 
 
 def test_imbalance_sources_are_the_ones_rank_imbalance_emits():
-    source = (REPO_ROOT / "analyzers/analyses/rank_imbalance/__init__.py").read_text()
+    source = (REPO_ROOT / "analyzers/analysis/kinds/rank_imbalance/__init__.py").read_text()
     emitted = {node.value.value for node in ast.walk(ast.parse(source))
                if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "source" for t in node.targets)
                and isinstance(node.value, ast.Constant)}
@@ -188,8 +189,9 @@ def test_every_sample_finding_gets_a_verdict_from_metrics_its_kind_declares(samp
     assert findings
     for finding in findings:
         assert set(finding.metrics) <= analysis_specs()[finding.kind].metric_keys | ACROSS_RANKS_METRIC_KEYS, finding.kind
-        verdicts = registry.verdicts(finding.fix_ids, finding.metrics, kind=finding.kind)
-        assert list(verdicts) == finding.fix_ids
+        fix_ids = registry.fixes_for(finding.kind, finding.metrics)
+        verdicts = registry.verdicts(fix_ids, finding.metrics, kind=finding.kind)
+        assert list(verdicts) == fix_ids
         for fix_id, verdict in verdicts.items():
             assert "could not be checked" not in verdict.reason, (finding.kind, fix_id, verdict)
             assert verdict == registry.get(fix_id).verdict(finding.metrics)     # kind inferred alike

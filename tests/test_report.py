@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from analyzers.findings import computed_finding_contract
-from analyzers.findings import analyze_run
-from analyzers.model import FileError
-from analyzers.report import build_report, render_html, render_markdown
-from analyzers.runs import set_mark
-from analyzers.store import connect
+from analyzers.read.fixes import computed_finding_contract
+from analyzers.execution.pipeline import analyze_run
+from analyzers.common.model import FileError
+from analyzers.read.report import build_report, render_html, render_markdown
+from analyzers.store.runs import set_mark
+from analyzers.store.database import connect
 
 from analysis_support import hand_written_store
 from test_launch_gap import synthetic_events
@@ -110,7 +110,7 @@ def test_unknown_run_reports_an_error():
 
 def test_report_carries_the_analyses_notes(monkeypatch):
     """Notes an analysis adds during analyze_run reach the report built on the same connection."""
-    import analyzers.analyses.launch_gap as launch_gap
+    import analyzers.analysis.kinds.launch_gap as launch_gap
     original = launch_gap.find
 
     def noting_find(con, run_id, ctx):
@@ -143,7 +143,7 @@ def test_report_keeps_null_values_as_null():
 
 
 def test_markdown_cells_make_no_links_from_trace_text():
-    from analyzers.report import _md_cell
+    from analyzers.read.report import _md_cell
     cell = _md_cell("[click](javascript:alert(1)) a|b <img>")
     assert "[click]" not in cell and "\\[click\\]" in cell
     assert "\\|" in cell and "<img>" not in cell
@@ -218,18 +218,17 @@ TICKET = "https://jira.example.com/browse/TD-1_2?q=a&b=*x*~y%20z#c(3)"   # every
 
 def _hand_report(note: str | None = None, run_name: str = "r") -> dict:
     """A report of a straggler and the comm wait it causes, the first marked for fixing."""
-    from analyzers.findings import computed_finding_contract
-    from analyzers.model import Finding
+    from analyzers.read.fixes import computed_finding_contract
+    from analyzers.common.model import Finding
 
     cause = Finding(kind="rank_imbalance", severity="high", rank=3, step=1, stream=None, t_start_ns=0, t_end_ns=10,
                     cost_ns=6.2e6, cost_pct=20.0,
                     summary="Rank 3 is the straggler.", finding_id="rank_imbalance",
-                    metrics={"imbalance_source": "input", "shapes_compared": True, "shape_differs": True},
-                    fix_ids=["balanced_sampler"])
+                    metrics={"imbalance_source": "input", "shapes_compared": True, "shape_differs": True})
     effect = Finding(kind="comm_exposed", severity="medium", rank=0, step=1, stream=None, t_start_ns=0, t_end_ns=10,
                      cost_ns=3e6, cost_pct=10.0,
                      summary="Ranks wait in all-reduce.", finding_id="comm_exposed:r0",
-                     metrics={"mean_msg_bytes": 1024, "collectives_per_step": 48}, fix_ids=["ddp_bucket_tuning"],
+                     metrics={"mean_msg_bytes": 1024, "collectives_per_step": 48},
                      caused_by="rank_imbalance")
     findings = [computed_finding_contract(f, {"has_gpu": True, "ranks": 4}) for f in (cause, effect)]
     findings[0]["review"] = {"status": "to_fix", "note": note}
@@ -305,7 +304,7 @@ def test_a_teams_link_survives_byte_for_byte_while_trace_urls_stay_dead():
 
 
 def test_a_note_without_links_and_one_with_markup_stay_inert():
-    from analyzers.safe_text import note_html, note_markdown
+    from analyzers.common.safe_text import note_html, note_markdown
     assert note_markdown("see [x](javascript:alert(1)) <b>") == "see \\[x\\](javascript:alert(1)) \\<b\\>"
     assert _links(note_html('<a href="javascript:x">y</a> https://ok.example/a.')) == [
         ("https://ok.example/a", "https://ok.example/a")]            # the sentence's full stop is not the URL's

@@ -7,9 +7,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from analyzers.ingest import ingest_paths
-from analyzers.findings import analyze_run
-from analyzers.queries import operator_diff
-from analyzers.store import connect
+from analyzers.execution.pipeline import analyze_run
+from analyzers.read.queries import operator_diff
+from analyzers.store.database import connect
 from test_app_pages import goto, open_app, texts
 
 PAIR = ("h100__Falconsai_nsfw_image_detection__1016002.json.gz", "mi300__Falconsai_nsfw_image_detection__1016002.json.gz")

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from analyzers.findings import analyze_run
+from analyzers.execution.pipeline import analyze_run
 from analyzers.ingest import ingest_paths
-from analyzers.model import Finding
-from analyzers.queries import findings as stored_findings
-from analyzers.queries import run_costs as stored_costs
-from analyzers.root_causes import group_across_ranks, link_consequences, run_costs
-from analyzers.store import connect
+from analyzers.common.model import Finding
+from analyzers.read.queries import findings as stored_findings
+from analyzers.read.queries import run_costs as stored_costs
+from analyzers.analysis.root_causes import group_across_ranks, link_consequences, run_costs
+from analyzers.store.database import connect
 from tests.analysis_support import shared_trace_runs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def test_a_straggler_explained_by_its_own_loader_names_it_and_is_not_counted_aga
                                              lost_ms_per_step_by_rank={"0": 74.0})])[0]
     link_consequences([loader, straggler], 0.5, {"dataloader_stall": "The data loader starves the training loop"})
     assert straggler.caused_by == "dataloader_stall" and loader.caused_by is None
-    costs = run_costs([loader, straggler], {0: 100e6, 1: 100e6}, [], {0: 1, 1: 1}, has_gpu=False)
+    costs = run_costs([loader, straggler], 100e6, 2, [], {0: 1, 1: 1}, has_gpu=False)
     assert costs.root_cause_ms == pytest.approx(75.0) and costs.saves_at_most_ms <= costs.step_ms
 
 
@@ -174,15 +174,13 @@ def test_costs_never_add_up_past_the_step(paths):
 
 
 def test_fix_verdicts_follow_the_thresholds_the_run_was_analysed_with(tmp_path):
-    from analyzers.findings import fix_verdicts
+    from analyzers.read.fixes import choose_fixes
     from sample_traces.synthesize import synthesize
 
     metrics = {"syncs_per_step": 3.0}
-    ruled_out, _ = fix_verdicts("launch_gap", ["cuda_graph"], metrics)
-    assert "cuda_graph" in ruled_out                      # 3 syncs per step: over the default 2
-    ruled_out, _ = fix_verdicts("launch_gap", ["cuda_graph"], metrics,
-                                {"thresholds": {"CUDA_GRAPH_MAX_SYNCS_PER_STEP": 10}})
-    assert "cuda_graph" not in ruled_out
+    assert "cuda_graph" in choose_fixes("launch_gap", metrics).ruled_out     # 3 syncs per step: over the default 2
+    assert "cuda_graph" not in choose_fixes("launch_gap", metrics,
+                                            {"thresholds": {"CUDA_GRAPH_MAX_SYNCS_PER_STEP": 10}}).ruled_out
     truth = synthesize(tmp_path, "launch_bound", steps=3, seed=2)
     con = connect(":memory:")
     run_id = ingest_paths(con, truth["files"]).run_id
@@ -191,17 +189,16 @@ def test_fix_verdicts_follow_the_thresholds_the_run_was_analysed_with(tmp_path):
 
 
 def test_trace_without_gpu_rules_out_cuda_fixes_and_one_rank_rules_out_multi_rank_fixes():
-    from analyzers.findings import fix_verdicts
+    from analyzers.read.fixes import choose_fixes
 
-    ruled_out, _ = fix_verdicts("dataloader_stall", ["cuda_prefetcher", "dataloader_tuning"], {},
-                                {"has_gpu": False, "ranks": 1})
+    ruled_out = choose_fixes("dataloader_stall", {}, {"has_gpu": False, "ranks": 1}).ruled_out
     assert "CUDA GPU" in ruled_out["cuda_prefetcher"] and "dataloader_tuning" not in ruled_out
-    ruled_out, _ = fix_verdicts("comm_exposed", ["ddp_bucket_tuning"], {}, {"has_gpu": True, "ranks": 1})
+    ruled_out = choose_fixes("comm_exposed", {}, {"has_gpu": True, "ranks": 1}).ruled_out
     assert "several ranks" in ruled_out["ddp_bucket_tuning"]
 
 
 def test_review_marks_on_per_rank_findings_of_older_versions_move_to_the_root_cause(tmp_path):
-    from analyzers.runs import set_mark
+    from analyzers.store.runs import set_mark
     from sample_traces.synthesize import synthesize
 
     truth = synthesize(tmp_path, "launch_bound", steps=3, seed=2)

@@ -1,4 +1,4 @@
-"""analyze_run computes the shared per-run views once (analyzers.sqlrun.run_cache): the findings
+"""analyze_run computes the shared per-run views once (analyzers.sql.engine.run_cache): the findings
 must be exactly those of the uncached macros, and nothing of the cache may outlive the call."""
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import contextlib
 
 import pytest
 
-import analyzers.findings as findings_module
-from analyzers.findings import computed_finding_contract
-from analyzers import thresholds as th
+import analyzers.execution.pipeline as findings_module
+from analyzers.read.fixes import computed_finding_contract
+from analyzers.common import thresholds as th
 from analyzers.ingest import ingest_paths
-from analyzers.sqlrun import CACHED_VIEWS, ensure_loaded, run_cache
-from analyzers.store import connect
+from analyzers.sql.engine import CACHED_VIEWS, ensure_loaded, run_cache
+from analyzers.store.database import connect
 from sample_traces.synthesize import synthesize
 
 

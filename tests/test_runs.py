@@ -1,8 +1,8 @@
 """Run bookkeeping: rename, tags, notes, marks, delete — with hostile text passed as parameters."""
 import pytest
 
-from analyzers import runs
-from analyzers.store import connect
+from analyzers.store import runs
+from analyzers.store.database import connect
 
 
 @pytest.fixture()

@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from analyzers import runs
+from analyzers.store import runs
 from analyzers.ingest import ingest_paths
-from analyzers.queries import export_window_trace
-from analyzers.store import connect
+from analyzers.read.queries import export_window_trace
+from analyzers.store.database import connect
 from test_cli import _trace
 
 

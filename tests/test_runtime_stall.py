@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from analyzers.findings import computed_finding_contract
-from analyzers.findings import run_analyses
-from analyzers.store import connect
+from analyzers.read.fixes import computed_finding_contract
+from analyzers.execution.pipeline import run_analyses
+from analyzers.store.database import connect
 from analysis_support import hand_written_store
 from test_launch_gap import US, ev, launch
 
@@ -153,8 +153,8 @@ def test_warm_resnet_has_no_runtime_stall(real):
 
 def test_allocator_fix_is_ruled_out_for_start_up_and_the_report_says_why(shared_traces):
     from analysis_support import ingest_clean
-    from analyzers.findings import analyze_run
-    from analyzers.report import build_report, render_html, render_markdown
+    from analyzers.execution.pipeline import analyze_run
+    from analyzers.read.report import build_report, render_html, render_markdown
     con, run_id = ingest_clean([shared_traces / "alexnet_single_gpu.json.gz"])
     analyze_run(con, run_id)
     rep = build_report(con, run_id)
@@ -172,7 +172,8 @@ def test_allocator_fix_applies_to_steady_state_churn(syn):
     findings, _ = run_analyses(syn, "syn", {"MIN_FINDING_PCT": 0.0})
     stall = next(f for f in findings if f.kind == "runtime_stall")
     assert stall.metrics["allocator_share"] == 1.0
-    assert stall.fix_ids == ["allocator_tuning"] and computed_finding_contract(stall)["fixes_ruled_out"] == {}
+    contract = computed_finding_contract(stall)
+    assert contract["fixes"] == ["allocator_tuning"] and contract["fixes_ruled_out"] == {}
     assert "memory management" in stall.summary
 
 

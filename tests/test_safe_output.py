@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzers.safe_text import clip, csv_cell, html_text, markdown_cell, markdown_text, terminal_safe
+from analyzers.common.safe_text import clip, csv_cell, html_text, markdown_cell, markdown_text, terminal_safe
 from test_cli import REPO, _trace
 
 ESC_CLEAR = "\x1b[2J"
@@ -167,7 +167,7 @@ def test_a_signal_mid_parse_exits_with_its_code_one_line_and_no_run(tmp_path, si
     # the progress lines ingest printed before the signal, then one line saying what happened
     assert lines[-1] == f"{word} (a run is stored whole or not at all)"
     assert not [line for line in lines if "Traceback" in line or "Error" in line], lines
-    from analyzers.store import connect
+    from analyzers.store.database import connect
     con = connect(tmp_path / "s.duckdb")
     try:
         assert con.execute("SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM events)").fetchone()[0] == 0

@@ -8,7 +8,7 @@ import os
 import duckdb
 import pytest
 
-from analyzers import store
+from analyzers.store.database import database as store
 
 
 def _setting(con: duckdb.DuckDBPyConnection, name: str) -> str:

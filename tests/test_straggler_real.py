@@ -24,8 +24,8 @@ import torch.multiprocessing as mp
 
 from accel.demos.dist_common import free_port, leave_rank_process
 from analysis_support import ingest_clean
-from analyzers.analyses import rank_imbalance
-from analyzers.findings import build_context
+from analyzers.analysis.kinds import rank_imbalance
+from analyzers.analysis.context import build_context
 
 WORLD_SIZE = 3
 WAIT, WARMUP, ACTIVE = 1, 1, 8      # the profiler schedule: 8 recorded ProfilerSteps

@@ -13,12 +13,12 @@ import os
 import pytest
 
 from analyzers.ingest import Limits, ingest_paths
-from analyzers.ingest import core as ingest_core
+from analyzers.ingest import run_writer as ingest_core
 from analyzers.ingest import stream_split
 from analyzers.ingest.layout import LayoutError, scan_layout
 from analyzers.ingest.parse import join_parts
 from analyzers.ingest.sources import _range_bytes
-from analyzers.store import connect
+from analyzers.store.database import connect
 from test_ingest_support import event, mixed_events, trace_text, write, write_tar_gz, write_zip
 
 NESTED_ARGS = {"Input Dims": [[1, 2]], "nested": [{"a": 1}, {"b": [{}, {}]}], "text": "}, {\"ph\": 1}"}
@@ -156,7 +156,7 @@ def test_gz_cut_into_many_ranges_and_healed(bad_cut, tmp_path, monkeypatch):
     path = write(tmp_path / "big.json.gz", trace_text(many_events(3000)))
     if bad_cut:
         from analyzers.ingest import layout
-        monkeypatch.setattr(layout, "_next_event_start",
+        monkeypatch.setattr(layout, "next_event_start",
                             lambda mm, lo, hi: next((m.end() - 1 for m in layout._EVENT_BOUNDARY.finditer(mm, lo, hi)
                                                      if mm[m.end():m.end() + 3] == b'"b"'), None))
     seen = []
@@ -274,7 +274,7 @@ def test_small_files_in_an_archive_stay_one_range_each(tmp_path):
     real = ingest_core.insert_events
     con = connect(":memory:")
     con.execute("SET threads = 16")
-    import analyzers.ingest.core as core_module
+    import analyzers.ingest.run_writer as core_module
     core_module.insert_events = lambda c, run_id, rank_parts, **kw: seen.append(
         sum(len(p) for _, p in rank_parts)) or real(c, run_id, rank_parts, **kw)
     try:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzers import queries
-from analyzers.findings import analyze_run
+from analyzers.read import queries
+from analyzers.execution.pipeline import analyze_run
 from analyzers.ingest import ingest_paths
-from analyzers.sqlrun import ensure_loaded
-from analyzers.store import connect
+from analyzers.sql.engine import ensure_loaded
+from analyzers.store.database import connect
 from sample_traces import synthesize as syn
 
 STEPS, SEED = 4, 11

@@ -206,7 +206,7 @@ def test_ingest_keeps_the_nanoseconds_written(tmp_path):
     from decimal import Decimal
 
     from analyzers.ingest import ingest_paths
-    from analyzers.store import connect
+    from analyzers.store.database import connect
 
     truth = syn.synthesize(tmp_path, "control", world_size=1, steps=1)
     text = Path(truth["files"][0]).read_text()

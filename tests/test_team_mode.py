@@ -16,8 +16,8 @@ import pytest
 from starlette.applications import Starlette
 from streamlit.testing.v1 import AppTest
 
-from analyzers.safe_text import page_markdown as md
-from analyzers.store import connect
+from analyzers.common.safe_text import page_markdown as md
+from analyzers.store.database import connect
 from app import auth, data_root, uploads
 from test_app_helpers import AFTER_RUN, BEFORE_RUN, build_store
 from test_app_pages import HOME, _rank_trace, goto, open_app, plain, texts
@@ -102,7 +102,7 @@ def test_a_viewer_reads_and_marks_but_cannot_change_or_load(hand_built, tokens, 
     [b for b in at.button if b.label == "Save mark"][0].click()
     at.run()
     assert not at.exception
-    from analyzers.runs import audit_log, get_marks
+    from analyzers.store.runs import audit_log, get_marks
 
     con = connect(hand_built)
     try:
@@ -134,7 +134,7 @@ def test_a_maintainer_deletes_restores_and_reads_the_audit_log(hand_built, token
     assert "Trash" in [s.value for s in at.subheader]
     at.button(key="restore").click()
     at.run()
-    from analyzers.runs import audit_log
+    from analyzers.store.runs import audit_log
 
     con = connect(hand_built)
     try:
@@ -153,7 +153,7 @@ def test_re_analyses_and_refused_path_probes_are_in_the_audit_log(hand_built, to
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     load_path(goto(at, "views/load.py"), "/etc/passwd")
-    from analyzers.runs import audit_log
+    from analyzers.store.runs import audit_log
 
     con = connect(hand_built)
     try:
@@ -388,7 +388,7 @@ def test_a_link_swapped_in_after_the_root_check_reads_nothing_outside(tmp_path, 
 def test_a_run_whose_partition_file_is_gone_is_a_note_not_figures(tmp_path, tokens, monkeypatch):
     """A rank's Parquet file deleted under a team server: the run's pages say which rank cannot be
     read (no server path), show none of its figures, and raise nothing."""
-    from analyzers import partitions
+    from analyzers.store import partitions
     from analyzers.ingest import ingest_paths
 
     db = tmp_path / "s.duckdb"
@@ -610,7 +610,7 @@ def test_a_viewer_on_an_empty_store_gets_no_link_to_a_page_it_lacks(tmp_path, to
 
 @pytest.mark.parametrize("deleted, shown", [((AFTER_RUN,), BEFORE_RUN), ((AFTER_RUN, BEFORE_RUN), None)])
 def test_a_run_deleted_by_someone_else_is_said_plainly(hand_built, monkeypatch, deleted, shown):
-    from analyzers.runs import delete_run
+    from analyzers.store.runs import delete_run
 
     at = open_app(monkeypatch, hand_built, run_id=AFTER_RUN)
     con = connect(hand_built)

@@ -186,8 +186,8 @@ def test_streamlits_upload_route_takes_nothing_from_a_session_never_signed_in(te
 def test_a_session_never_signed_in_cannot_clear_caches_or_bring_a_deleted_run_back(team_server):
     """M1: a raw clear_cache from a session that never signed in is dropped: the sample run a
     maintainer deleted stays in the trash at the next signed-in click (and is not re-ingested)."""
-    from analyzers import runs
-    from analyzers.store import connect_waiting
+    from analyzers.store import runs
+    from analyzers.store.database import connect_waiting
 
     member = _Session(team_server, cookies={"tracedoctor_session": team_server["cookie"]})
     try:

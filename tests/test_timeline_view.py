@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analyzers import queries
-from analyzers.store import connect
+from analyzers.read import queries
+from analyzers.store.database import connect
 from app import charts
 from test_app_helpers import MS, add_event, add_finding, add_run
 

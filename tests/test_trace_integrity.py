@@ -1,4 +1,4 @@
-"""Trace integrity notes (analyzers/integrity.py, sql/lib/integrity.sql): each condition on a small
+"""Trace integrity notes (analyzers/analysis/integrity.py, sql/lib/integrity.sql): each condition on a small
 hand-built Kineto trace that has it, checked for its note and for the finding it must not fake."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from analyzers.findings import analyze_run
+from analyzers.execution.pipeline import analyze_run
 from analyzers.ingest import ingest_paths
-from analyzers.integrity import integrity_notes
-from analyzers.sqlrun import ensure_loaded
-from analyzers.store import connect
+from analyzers.analysis.integrity import integrity_notes
+from analyzers.sql.engine import ensure_loaded
+from analyzers.store.database import connect
 
 STEP_US = 1000          # every hand-built step lasts 1 ms
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"

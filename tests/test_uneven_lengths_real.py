@@ -30,11 +30,11 @@ torch = pytest.importorskip("torch")
 
 from accel.demos.dist_common import RankWorkload, run_ranks  # noqa: E402
 from analysis_support import split_trace_by_variant  # noqa: E402
-from analyzers.analyses import rank_imbalance  # noqa: E402
-from analyzers.findings import build_context  # noqa: E402
+from analyzers.analysis.kinds import rank_imbalance  # noqa: E402
+from analyzers.analysis.context import build_context  # noqa: E402
 from analyzers.ingest import ingest_paths  # noqa: E402
-from analyzers.sqlrun import ensure_loaded  # noqa: E402
-from analyzers.store import connect  # noqa: E402
+from analyzers.sql.engine import ensure_loaded  # noqa: E402
+from analyzers.store.database import connect  # noqa: E402
 
 WORLD_SIZE = 2
 DIM, HEADS = 128, 4

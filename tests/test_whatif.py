@@ -1,4 +1,4 @@
-"""What-if replay (analyzers/whatif): the replay reproduces measured steps, predictions never exceed
+"""What-if replay (analyzers/analysis/whatif): the replay reproduces measured steps, predictions never exceed
 the measured step, and each modelled kind's fix model changes the step it should."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import duckdb
 import pytest
 
 from analyzers.api import analyze_paths
-from analyzers.whatif import fix_model, stored_whatif
+from analyzers.analysis.whatif import fix_model, stored_whatif
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 MODELLED = ("dataloader_stall", "host_sync", "h2d_stall", "launch_gap", "fp32_matmul", "comm_exposed",
@@ -117,12 +117,12 @@ def test_critical_path_agrees_with_htas_on_its_test_trace(tmp_path):
     """HTA's critical-path test data: its overlaid output marks its path. The runtime calls (launches,
     copies, syncs) and copies on HTA's path are on ours; the 5 kernels it puts on the path at the
     trace's end are not (a known difference: see bench/README.md)."""
-    from analyzers.whatif.hta_check import compare, hta_critical, our_critical
+    from analyzers.analysis.whatif.hta_check import compare, hta_critical, our_critical
 
     db = str(tmp_path / "store.duckdb")
     report = analyze_paths([str(CRITICAL_PATH / "end_to_end__simple_add__input__trace.json.gz")], db_path=db)
     with duckdb.connect(db, read_only=True) as con:
-        from analyzers.sqlrun import ensure_loaded
+        from analyzers.sql.engine import ensure_loaded
         ensure_loaded(con)
         rows = compare(our_critical(con, report["run"]["run_id"]),
                        hta_critical(CRITICAL_PATH / "end_to_end__simple_add__output__overlaid_critical_path_trace.json.gz"))

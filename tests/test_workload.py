@@ -9,7 +9,7 @@ import pytest
 from accel import registry
 from accel.serving import capture_sizes, serving_graph_settings
 from analyzers.api import analyze_paths
-from analyzers.root_causes import unmet_needs, workload_mismatch
+from analyzers.read.fixes import unmet_needs, workload_mismatch
 from tests.analysis_support import hand_written_store
 
 TRAINING_ONLY = {fix.id for fix in registry.FIXES.values() if set(fix.workloads) == {"training"}}

@@ -19,7 +19,7 @@ Metric keys read (all optional; the analyzers' names are accepted under these al
   typical message: mean_msg_bytes | mean_message_bytes | mean_bytes | avg_bytes | message_bytes
   overlap: comm_overlap_pct | overlap_pct
   static graph (no analysis measures it: pass it when you know): static_graph | same_collectives_every_step
-The cut-offs between "merge", "split" and "keep" are thresholds (analyzers/thresholds.py):
+The cut-offs between "merge", "split" and "keep" are thresholds (analyzers/common/thresholds.py):
 COMM_SMALL_MESSAGE_BYTES, COMM_SERIALIZED_OVERLAP_PCT, DDP_SPLIT_MAX_COLLECTIVES_PER_STEP and
 DDP_SPLIT_MIN_BYTES_PER_STEP; pass `thresholds` to override them by name.
 """
@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 import torch
 
-from analyzers import thresholds as th
+from analyzers.common import thresholds as th
 
 MIB = 1024 * 1024
 DDP_DEFAULT_BUCKET_CAP_MB = 25       # torch's DistributedDataParallel default
@@ -68,7 +68,7 @@ def derive_ddp_settings(metrics: Mapping[str, Any] | None = None,
     """Pick bucket_cap_mb, gradient_as_bucket_view and static_graph from a finding's metrics.
 
     Unknown or missing metrics leave DDP's default bucket size; every choice says why.
-    thresholds: overrides of analyzers.thresholds by name (the analysis's own, typically).
+    thresholds: overrides of analyzers.common.thresholds by name (the analysis's own, typically).
     """
     metrics = metrics or {}
     t = th.resolve(thresholds)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from accel.registry import num
-from analyzers import thresholds as th
+from analyzers.common import thresholds as th
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def suggest_settings(metrics: Mapping[str, Any] | None = None, *, cpu_count: int
     loading wants a deeper prefetch queue from LOADER_SPIKY_WAIT_CV on; dataloader_stall does not
     measure it, pass it when you know). current_workers: the profiled run's num_workers when
     the trace does not record it (a loader with workers); never fewer are suggested.
-    thresholds: overrides of analyzers.thresholds by name.
+    thresholds: overrides of analyzers.common.thresholds by name.
     """
     cpus = cpu_count if cpu_count is not None else usable_cpus()
     if cuda is None:

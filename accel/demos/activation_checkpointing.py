@@ -42,8 +42,8 @@ def make_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, inputs: 
 def peak_bytes(trace: Path) -> int | None:
     """The trace's peak of allocated memory, as TraceDoctor reports it."""
     from analyzers.ingest import ingest_paths
-    from analyzers.memory_queries import rank_memory
-    from analyzers.store import connect
+    from analyzers.read.memory_queries import rank_memory
+    from analyzers.store.database import connect
 
     con = connect(":memory:")
     result = ingest_paths(con, [str(trace)])

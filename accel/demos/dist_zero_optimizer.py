@@ -80,8 +80,8 @@ def run(out_dir: Path, device: str, steps: int) -> DemoResult:
 def _peaks(trace_dir: Path) -> list[int]:
     """Each rank's peak of allocated memory, as TraceDoctor reads it from the rank's trace."""
     from analyzers.ingest import ingest_paths
-    from analyzers.memory_queries import rank_memory
-    from analyzers.store import connect
+    from analyzers.read.memory_queries import rank_memory
+    from analyzers.store.database import connect
 
     con = connect(":memory:")
     result = ingest_paths(con, [str(trace_dir)])

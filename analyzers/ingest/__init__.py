@@ -12,11 +12,11 @@ rank parsed as a task of `runner` (analyzers/cluster.py; default this process). 
 are parsed by DuckDB itself from byte ranges of the files (never as Python objects); gzip and
 archive members are inflated straight into such ranges in a private temp directory
 ($TRACEDOCTOR_TMPDIR, else the system temp dir) under the caps in `Limits`. progress(stage, file,
-fraction[, **details]) is told each file read, parsed and stored (analyzers/progress.py). Files
+fraction[, **details]) is told each file read, parsed and stored (analyzers/common/progress.py). Files
 of several unrelated jobs (jobs.py) are refused by ingest_paths and split into one run per job by
 ingest_jobs. Identical files ingested again return the stored run with
 reused=True. Temp directories a killed ingest or dashboard left behind are swept at the start of
-each call; SIGTERM and the dashboard's upload directories: see tempfiles.py.
+each call; SIGTERM and the dashboard's upload directories: see analyzers/common/tempfiles.py.
 """
 from .core import ingest_jobs, ingest_paths
 from .sources import Limits

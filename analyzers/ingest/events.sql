@@ -1,4 +1,4 @@
--- Normalise rank files' events into the `events` table (see analyzers/schema.sql).
+-- Normalise rank files' events into the `events` table (see analyzers/store/schema.sql).
 -- Parameters: $run_id, $parts (files each holding a JSON array: byte ranges of the traces'
 -- traceEvents lists, cut at event boundaries so DuckDB parses them on all threads) and $ranks
 -- (the rank of each part). One statement loads all ranks of a run: several INSERTs into one

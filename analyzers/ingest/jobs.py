@@ -14,13 +14,12 @@ declared job of its time group whose folder holds it; the others of a time group
 from __future__ import annotations
 
 import os
-import re
-import statistics
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import PurePosixPath
 from typing import Any
 
+from .sources import default_name
 from .ranks import base_time_ns, declared_rank, declared_world_size, rank_from_name, utf8_text
 
 # Ranks of one job run the same profiled steps, held in step by their collectives, so their first
@@ -28,11 +27,6 @@ from .ranks import base_time_ns, declared_rank, declared_world_size, rank_from_n
 # training step we know yet far below the days between separate jobs' traces. TraceDoctor's
 # choice, in µs as traces write ts.
 JOB_START_GAP_US = 300 * 1_000_000
-# Bytes read from the first timestamp of the event list on to date a file (a few hundred events).
-_HEAD_SAMPLE_BYTES = 1 << 16
-# How far a file is read for its first timestamp (the events before it may carry huge names or args)
-_HEAD_MAX_BYTES = 1 << 30
-_TS = re.compile(rb'"ts"\s*:\s*(-?\d+(?:\.\d+)?)')
 _EPOCH_MIN_US = 10**15          # ts this large is microseconds since 1970 (2001 on): printable as a date
 
 
@@ -49,47 +43,6 @@ class Job:
     members: list[int]           # indexes into the files given to group_jobs, in input order
     label: str                   # its folder, else its first file's name
     description: str             # label, file count, what sets it apart
-
-
-def head_start_us(path: str | None, parts: tuple[str, ...], events_start: int) -> float | None:
-    """The median ts of the first events of a file (a few non-timed metadata events with ts 0
-    do not move a median), read from its event list on until the first timestamps come; None
-    when it holds none (in its first _HEAD_MAX_BYTES) or cannot be read."""
-    def chunks():
-        for name, offset in ([(p, 0) for p in parts] if parts else [(path, events_start)] if path else []):
-            with open(name, "rb") as fh:
-                fh.seek(offset)
-                while chunk := fh.read(_HEAD_SAMPLE_BYTES):
-                    yield chunk
-    try:
-        return stream_start_us(chunks())
-    except OSError:
-        return None
-
-
-def stream_start_us(chunks) -> float | None:
-    """head_start_us of an event list given as successive byte chunks: read until its first
-    timestamp, then _HEAD_SAMPLE_BYTES from there."""
-    window, scanned = b"", 0
-    for chunk in chunks:
-        window += chunk
-        scanned += len(chunk)
-        match = _TS.search(window)
-        if match is None:
-            if scanned >= _HEAD_MAX_BYTES:
-                return None
-            window = window[-64:]     # a "ts" cut by the chunk's end is found with the next chunk
-            continue
-        window = window[match.start():]
-        if len(window) >= _HEAD_SAMPLE_BYTES:
-            break
-    return sample_start_us(window)
-
-
-def sample_start_us(sample: bytes) -> float | None:
-    """head_start_us of the first bytes of an event list (a compressed file's, read by inflating its start)."""
-    values = [float(v) for v in _TS.findall(sample[:_HEAD_SAMPLE_BYTES])]
-    return statistics.median(values) if values else None
 
 
 def clock_start_us(meta: dict[str, Any], head_start: float | None) -> float | None:
@@ -176,8 +129,6 @@ def _split_repeated_ranks(files: list[JobFile], members: list[int]) -> list[list
 def _labels(groups: list[list[JobFile]]) -> list[str]:
     """Each job's folder (the deepest folder holding all its files), else its first file's name
     without trace suffixes; made unique with " (2)", " (3)" when two jobs would share one."""
-    from .core import default_name
-
     labels = []
     for members in groups:
         folders = [str(PurePosixPath(f.where.replace("\\", "/")).parent) for f in members if f.where]

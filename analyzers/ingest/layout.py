@@ -12,11 +12,17 @@ import json
 import mmap
 import os
 import re
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 _DECODER = json.JSONDecoder()
 _WS = " \t\r\n"
+# Bytes read from the first timestamp of the event list on to date a file (a few hundred events).
+_HEAD_SAMPLE_BYTES = 1 << 16
+# How far a file is read for its first timestamp (the events before it may carry huge names or args)
+_HEAD_MAX_BYTES = 1 << 30
+_TS = re.compile(rb'"ts"\s*:\s*(-?\d+(?:\.\d+)?)')
 HEAD_WINDOW = 1 << 20          # first look at the head; grows while a metadata value is longer
 TAIL_WINDOW = 1 << 18          # first look at the tail after the events; grows ×4 when needed
 MAX_META_BYTES = 64 << 20      # metadata outside traceEvents larger than this is not a Kineto trace
@@ -86,11 +92,11 @@ def scan_layout(path: str | os.PathLike) -> Layout:
         start, meta, bare = scan_head(mm, size)
         if bare:
             # Chrome's "JSON array format": the file is the event list itself.
-            end = _last_non_ws(mm, size)
+            end = last_non_ws(mm, size)
             if chr(mm[end]) != "]":
                 raise LayoutError("the JSON is truncated or malformed (the event list is not closed)")
             return Layout(size, start, end, {})
-        end, tail_meta = _find_events_end(mm, size, start)
+        end, tail_meta = find_events_end(mm, size, start)
         meta.update(tail_meta)
         return Layout(size, start, end, meta)
 
@@ -123,7 +129,7 @@ def scan_head(buf, size: int, complete: bool = True) -> tuple[int, dict[str, Any
     return (*_scan_object_head(buf, size, first, complete), False)
 
 
-def _last_non_ws(mm: mmap.mmap, size: int) -> int:
+def last_non_ws(mm: mmap.mmap, size: int) -> int:
     pos = size - 1
     while pos >= 0 and chr(mm[pos]) in _WS:
         pos -= 1
@@ -240,14 +246,14 @@ def _object_tail(text: str, pos: int, final: int) -> dict[str, Any] | None:
         out[key] = (start, pos)
 
 
-def _find_events_end(mm: mmap.mmap, size: int, start: int) -> tuple[int, dict[str, Any]]:
+def find_events_end(mm: mmap.mmap, size: int, start: int) -> tuple[int, dict[str, Any]]:
     """Offset of the ']' closing the event array at `start`, and the metadata after it.
 
     A ']' whose remaining text parses as the rest of the top-level object can only close a
     top-level value (JSON brackets balance), so the earliest such ']' after `start` is the end of
     traceEvents; only the tail window is examined, grown until one is found.
     """
-    final = _last_non_ws(mm, size)
+    final = last_non_ws(mm, size)
     if final <= start or chr(mm[final]) != "}":
         raise LayoutError("the JSON is truncated (the file ends before the trace is closed)")
     window = TAIL_WINDOW
@@ -287,7 +293,7 @@ def _closes_objects(text: str, idx: int) -> bool:
     return j >= 0 and text[j] in "}["
 
 
-def _next_event_start(mm: mmap.mmap, lo: int, hi: int) -> int | None:
+def next_event_start(mm: mmap.mmap, lo: int, hi: int) -> int | None:
     """Offset of a '{' after lo that opens a whole trace event: `}, {` also occurs inside args
     (lists of objects), so the object there must decode (within 1 MiB) and carry a 'ph' key.
     Each candidate is decoded from 4 KiB first, then 64 KiB, then 1 MiB: an event holding a
@@ -328,7 +334,7 @@ def split_points(path: str | os.PathLike, layout: Layout, parts: int) -> list[tu
         cur = body_start
         for k in range(1, parts):
             target = max(cur, body_start + k * step)
-            cut = _next_event_start(mm, target, min(body_end, target + (8 << 20)))
+            cut = next_event_start(mm, target, min(body_end, target + (8 << 20)))
             if cut is None:
                 continue
             comma = mm.rfind(b",", cur, cut)
@@ -336,3 +342,44 @@ def split_points(path: str | os.PathLike, layout: Layout, parts: int) -> list[tu
             cur = cut                                   # start at the '{' of the next event
         ranges.append((cur, body_end))
     return ranges
+
+
+def head_start_us(path: str | None, parts: tuple[str, ...], events_start: int) -> float | None:
+    """The median ts of the first events of a file (a few non-timed metadata events with ts 0
+    do not move a median), read from its event list on until the first timestamps come; None
+    when it holds none (in its first _HEAD_MAX_BYTES) or cannot be read."""
+    def chunks():
+        for name, offset in ([(p, 0) for p in parts] if parts else [(path, events_start)] if path else []):
+            with open(name, "rb") as fh:
+                fh.seek(offset)
+                while chunk := fh.read(_HEAD_SAMPLE_BYTES):
+                    yield chunk
+    try:
+        return stream_start_us(chunks())
+    except OSError:
+        return None
+
+
+def stream_start_us(chunks) -> float | None:
+    """head_start_us of an event list given as successive byte chunks: read until its first
+    timestamp, then _HEAD_SAMPLE_BYTES from there."""
+    window, scanned = b"", 0
+    for chunk in chunks:
+        window += chunk
+        scanned += len(chunk)
+        match = _TS.search(window)
+        if match is None:
+            if scanned >= _HEAD_MAX_BYTES:
+                return None
+            window = window[-64:]     # a "ts" cut by the chunk's end is found with the next chunk
+            continue
+        window = window[match.start():]
+        if len(window) >= _HEAD_SAMPLE_BYTES:
+            break
+    return sample_start_us(window)
+
+
+def sample_start_us(sample: bytes) -> float | None:
+    """head_start_us of the first bytes of an event list (a compressed file's, read by inflating its start)."""
+    values = [float(v) for v in _TS.findall(sample[:_HEAD_SAMPLE_BYTES])]
+    return statistics.median(values) if values else None

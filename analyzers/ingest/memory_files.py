@@ -10,7 +10,7 @@ Snapshots are read by SafeUnpickler, which refuses every class and every persist
 pickle's plain data (dicts, lists, tuples, strings, numbers, bytes, None, booleans) is built, so
 no code from a file ever runs; size and count caps (MemoryLimits) bound what a file may hold.
 Each file belongs to a rank: the rank its name gives (rank3, rank-3, ..._3.pickle), else the
-run's only rank, else 0. Rows go to the memory_* tables of analyzers/schema.sql.
+run's only rank, else 0. Rows go to the memory_* tables of analyzers/store/schema.sql.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from ..partitions import stored_events_table
+from analyzers.store.partitions import stored_events_table
 from .layout import Layout, split_points
 
 EVENTS_SQL = Path(__file__).with_name("events.sql").read_text()

@@ -1,4 +1,4 @@
-"""A run's events as Parquet partitions (analyzers/partitions.py) instead of rows in the store.
+"""A run's events as Parquet partitions (analyzers/store/partitions.py) instead of rows in the store.
 
 The driver plans the run as any ingest does (files, layouts, ranks, the run id); each rank is then a
 task (analyzers/cluster.py runs them here or on a cluster) that parses its file into a scratch
@@ -19,10 +19,11 @@ from typing import Any
 
 import duckdb
 
-from .. import partitions
-from ..model import FileError, IngestResult
-from ..progress import Progress, teller
-from . import core
+from analyzers.store import partitions
+from analyzers.common.model import FileError, IngestResult
+from analyzers.common.progress import Progress, teller
+from .run_writer import (DiskFull, ParseFailure, RankInput, duckdb_threads, ingest_result, insert_run_row,
+                         next_attempt, predict_timestamps, run_identity, stored_again, wait_for_run, write_run)
 from .layout import Layout
 from .layout import LayoutError, scan_layout
 from .sources import Limits, RankFile, hash_file
@@ -61,8 +62,8 @@ class RankIngestOutcome:
 
 def ingest_rank(task: RankIngestTask) -> RankIngestOutcome:
     """Parse one rank file into a scratch store and write its events as Parquet (a task)."""
-    from ..cluster import task_connection
-    from .tempfiles import ingest_temp_dir
+    from analyzers.cluster import task_connection
+    from analyzers.common.tempfiles import ingest_temp_dir
 
     started = time.perf_counter()
     outcome = RankIngestOutcome(task.rank, task.source.display)
@@ -79,7 +80,7 @@ def ingest_rank(task: RankIngestTask) -> RankIngestOutcome:
             source, layout = task.source, task.layout
             planned = bool(source.content_hash)     # the driver read it, and chose its timestamp path (exact)
             if source.compressed:     # left for this task to inflate (collect's defer_compressed)
-                source, layout, failed = _inflate(task, tmpdir, core._threads(con))
+                source, layout, failed = _inflate(task, tmpdir, duckdb_threads(con))
                 if failed:
                     outcome.error, outcome.unreadable = failed, True
                     return outcome
@@ -95,19 +96,19 @@ def ingest_rank(task: RankIngestTask) -> RankIngestOutcome:
                     outcome.error, outcome.unreadable = f"could not read the file ({exc.strerror or exc})", True
                     return outcome
             outcome.content_hash, outcome.layout = source.content_hash, layout
-            item = core._RankInput(source, layout, task.rank, exact=task.exact)
+            item = RankInput(source, layout, task.rank, exact=task.exact)
             if not planned:
-                core.predict_timestamps(item)
+                predict_timestamps(item)
             while True:
                 try:
-                    outcome.warnings += core._write_run(con, [item], "partition", "", "", "", tmpdir, task.limits,
+                    outcome.warnings += write_run(con, [item], "partition", "", "", "", tmpdir, task.limits,
                                                         True, None)
                     break
-                except core._ParseFailure as failure:
-                    if not core.next_attempt(failure):
+                except ParseFailure as failure:
+                    if not next_attempt(failure):
                         outcome.error = failure.message
                         return outcome
-                except core._DiskFull as full:
+                except DiskFull as full:
                     outcome.error = str(full)
                     return outcome
         columns = [c for c in partitions.EVENT_COLUMNS if c not in ("run_id", "rank")]
@@ -205,9 +206,9 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name,
     partitions.sweep_stale(root)
     tell = teller(progress)
     prepared = prepared or {}
-    run_id, full_hash = core._run_id(items)
+    run_id, full_hash = run_identity(items)
     if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
-        return core.stored_again(con, run_id, items, errors, warnings, restore_trashed, actor)
+        return stored_again(con, run_id, items, errors, warnings, restore_trashed, actor)
     token = partitions.new_token()
     staging = posixpath.join(root, partitions.STAGING, token)
     todo = [i for i in items if id(i.source) not in prepared]
@@ -237,9 +238,9 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name,
         if not kept:
             return IngestResult(None, errors, warnings)
         items = [item for item, _ in kept]
-        run_id, full_hash = core._run_id(items)
+        run_id, full_hash = run_identity(items)
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
-            return core.stored_again(con, run_id, items, errors, warnings, restore_trashed, actor)
+            return stored_again(con, run_id, items, errors, warnings, restore_trashed, actor)
         tell("writing", "", 0.0, done=0, total=n)
         located = []
         for item, outcome in kept:
@@ -253,14 +254,14 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name,
         except (duckdb.ConstraintException, duckdb.TransactionException) as exc:
             # the same files ingested at the same moment elsewhere, committed first: theirs is the run
             # (our own files, never theirs, are removed below)
-            if (run_id not in str(exc) and "conflict" not in str(exc).lower()) or not core._wait_for_run(con, run_id):
+            if (run_id not in str(exc) and "conflict" not in str(exc).lower()) or not wait_for_run(con, run_id):
                 raise
-            return core._result(run_id, items, errors, warnings, reused=True)
+            return ingest_result(run_id, items, errors, warnings, reused=True)
         moved = []      # committed: the catalogue owns them now
     finally:
         partitions.remove([*moved, staging])
     partitions.attach(con)
-    return core._result(run_id, items, errors, warnings, reused=False)
+    return ingest_result(run_id, items, errors, warnings, reused=False)
 
 
 def _commit(con: duckdb.DuckDBPyConnection, run_id: str, full_hash: str, name: str, source: str,
@@ -276,7 +277,7 @@ def _commit(con: duckdb.DuckDBPyConnection, run_id: str, full_hash: str, name: s
             con.execute("INSERT INTO event_partitions (run_id, rank, location, n_events, n_bytes, written_by) "
                         "VALUES (?, ?, ?, ?, ?, ?)",
                         [run_id, item.rank, target, outcome.n_events, outcome.n_bytes, writer])
-        core.insert_run_row(con, run_id, name, source, full_hash, size)
+        insert_run_row(con, run_id, name, source, full_hash, size)
         con.execute("COMMIT")
     except BaseException:
         try:

@@ -6,7 +6,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-from ..model import FileError
+from analyzers.common.model import FileError
 
 _RANK_WORD = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)                           # rank-3, rank_3, rank3
 _TRAILING_NUMBER = re.compile(r"[-_](\d+)(?:\.pt\.trace)?\.json", re.IGNORECASE)   # worker_3.json

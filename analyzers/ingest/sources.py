@@ -26,12 +26,12 @@ from typing import IO, Callable
 import blake3
 from isal import igzip
 
-from ..model import FileError
+from analyzers.common.model import FileError
 from .layout import SINGLE_RANGE_BYTES, Layout
 from .parse import part_counts, remove_parts
 from .ranks import utf8_text
 from .stream_split import RangeSplitter, SplitTrace
-from .tempfiles import temp_dir_failure
+from analyzers.common.tempfiles import temp_dir_failure
 
 CHUNK = 8 << 20
 HASH_CHUNK = 32 << 20   # big enough for blake3 to spread one update over all cores
@@ -82,7 +82,7 @@ class RankFile:
     origin: str = ""      # the input it came from, as given (a file, directory or archive)
     compressed: str = ""  # a .json.gz its ingest task inflates (collect's defer_compressed): path None,
                           # no parts, content_hash "", layout from its head only (tail keys missing)
-    head_start_us: float | None = None   # for a compressed one: jobs.head_start_us of its head
+    head_start_us: float | None = None   # for a compressed one: layout.head_start_us of its head
 
 
 @dataclass
@@ -342,8 +342,7 @@ def _peeked_gzip(path: Path, display: str, where: str) -> RankFile | None:
     """A .json.gz left for its task to inflate, from the head of its text (the metadata before
     traceEvents, the first events' time); None when the start does not show that (a huge head, a
     damaged file): then it is inflated here, which reports what is wrong."""
-    from .jobs import sample_start_us
-    from .layout import LayoutError, scan_head
+    from .layout import LayoutError, sample_start_us, scan_head
 
     try:
         with igzip.open(path, "rb") as fh:
@@ -775,3 +774,17 @@ def collect(paths: list, tmpdir: str, limits: Limits,
             if progress:
                 progress("reading", todo[index][1], (index + 1) / len(todo))
     return files, errors
+
+
+def default_name(paths: list) -> str:
+    """The first input's base name without trace/archive suffixes; "+N" when there are more."""
+    if not paths:
+        return "run"
+    base = Path(redact_url(str(paths[0])).rstrip("/\\")).name
+    for suffix in (".json.gz", ".tar.gz", ".tgz", ".json", ".zip", ".gz", ".tar"):
+        if base.lower().endswith(suffix) and len(base) > len(suffix):
+            base = base[: -len(suffix)]
+            break
+    if base.endswith(".pt.trace"):
+        base = base[: -len(".pt.trace")]
+    return base + (f" (+{len(paths) - 1})" if len(paths) > 1 else "")

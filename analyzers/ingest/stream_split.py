@@ -23,12 +23,12 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-from . import layout as _layout
+from . import layout
 from .parse import copy_range
-from .layout import (HEAD_WINDOW, MAX_META_BYTES, HeadIncomplete, Layout, LayoutError, _find_events_end,
-                     _last_non_ws, scan_head)
+from .layout import (HEAD_WINDOW, MAX_META_BYTES, HeadIncomplete, Layout, LayoutError, find_events_end,
+                     last_non_ws, scan_head)
 
-LOOKAHEAD = 1 << 20       # how far past a candidate cut _next_event_start may read to check it
+LOOKAHEAD = 1 << 20       # how far past a candidate cut next_event_start may read to check it
 TAIL_BLOCK = 64 << 10     # the end of the text is read back in blocks at least this big
 
 
@@ -126,7 +126,7 @@ class RangeSplitter:
             hi = len(self.pending) if final else len(self.pending) - LOOKAHEAD
             if hi <= 0:
                 return
-            cut = _layout._next_event_start(self.pending, 0, hi)
+            cut = layout.next_event_start(self.pending, 0, hi)
             if cut is None:
                 self._write(hi)          # no boundary here (a long event): the range grows
                 continue
@@ -165,12 +165,12 @@ class RangeSplitter:
         after it, and drop the ranges after that one (cuts made in metadata after the list)."""
         tail = _TextTail(self)
         if self._bare:
-            end = _last_non_ws(tail, self._size)
+            end = last_non_ws(tail, self._size)
             if end <= self._events_start or tail[end] != ord("]"):
                 raise LayoutError("the event list is not closed")
             meta: dict = {}
         else:
-            end, meta = _find_events_end(tail, self._size, self._events_start)
+            end, meta = find_events_end(tail, self._size, self._events_start)
         index = max(k for k, offset in enumerate(self.part_offsets) if offset <= end)
         with open(self.parts[index], "r+b") as fh:
             fh.truncate(end - self.part_offsets[index] + 2)     # its '[' + text up to the ']'

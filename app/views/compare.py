@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from analyzers import queries
+from analyzers.read import queries
 from app import charts, run_pairs, state, ui
 
 st.title("Compare runs")
@@ -54,8 +54,8 @@ elif cpu_only:
 n_ranks = {side: len(devices[run_id]) for side, run_id in (("before", before), ("after", after))}
 if n_ranks["before"] and n_ranks["after"] and n_ranks["before"] != n_ranks["after"]:
     st.warning(f"The runs have different numbers of ranks ({ui.count(n_ranks['before'], 'rank')} before, "
-               f"{n_ranks['after']} after): the per-step figures are means over ranks and compare; the cost per "
-               "kind adds up every rank's findings and grows with the number of ranks.")
+               f"{n_ranks['after']} after): the per-step figures are means over ranks and steps, and a kind's cost "
+               "is its worst rank's per step (one finding per cause), so neither grows with the number of ranks.")
 job_sizes = {side: infos[run_id].get("world_size") for side, run_id in (("before", before), ("after", after))}
 if n_ranks["before"] == n_ranks["after"] and job_sizes["before"] != job_sizes["after"] and all(job_sizes.values()):
     st.caption(f"Both runs hold {ui.count(n_ranks['before'], 'rank file')}, from jobs of {job_sizes['before']} "
@@ -160,7 +160,7 @@ if predictions:
         "measured_saving_ms": st.column_config.NumberColumn("Measured saving", format=MS),
         "cost_ms": st.column_config.NumberColumn("Cost (naive saving)", format=MS)})
 
-# --- per kernel / op diff (analyzers.queries.operator_diff; HTA's TraceDiff per name) ---
+# --- per kernel / op diff (analyzers.read.queries.operator_diff; HTA's TraceDiff per name) ---
 st.subheader("Top changed kernels and ops")
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analyzers import runs as run_store
-from analyzers.findings import analysis_specs
+from analyzers.store import runs as run_store
+from analyzers.analysis.kinds import analysis_specs
 from app import auth, charts, fixinfo, state, ui
 
 SPECS = analysis_specs()   # each kind's evidence series: which step-breakdown column, its label

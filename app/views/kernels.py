@@ -2,7 +2,7 @@
 Profiler TensorBoard plugin's Operator and Kernel views showed), with tensor-core use, per rank, for
 the whole run, one step or a finding's window.
 
-Every figure comes from analyzers.queries (top_ops, top_kernels, top_modules over
+Every figure comes from analyzers.read.queries (top_ops, top_kernels, top_modules over
 sql/metrics/operators.sql); this page only picks the window and formats.
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from analyzers import queries
-from analyzers.safe_text import clip
+from analyzers.read import queries
+from analyzers.common.safe_text import clip
 from app import charts, state, ui
 
 BAR_LABEL_LIMIT = 60   # characters of a name on the chart's axis; the table shows it whole

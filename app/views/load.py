@@ -14,8 +14,8 @@ from typing import Any, Callable
 import streamlit as st
 
 from analyzers.ingest.sources import is_url
-from analyzers.ingest.core import default_name
-from analyzers.progress import progress_text
+from analyzers.ingest.sources import default_name
+from analyzers.common.progress import progress_text
 from app import auth, data_root, state, ui, uploads
 
 TICKET_KEY = "_upload_ticket"
@@ -54,7 +54,7 @@ def attempt_key(base: str) -> str:
 
 
 def bar_fraction(stage: str, fraction: float, job: tuple[int, int] | None) -> float:
-    """How far the whole load is, from a progress event (analyzers/progress.py)."""
+    """How far the whole load is, from a progress event (analyzers/common/progress.py)."""
     stages = list(STAGE_ENDS)
     start = STAGE_ENDS[stages[stages.index(stage) - 1]] if stage in STAGE_ENDS and stages.index(stage) else 0.0
     end = STAGE_ENDS.get(stage, start)

@@ -2,7 +2,7 @@
 step's peak; at the peak, the live allocations by the op that made them; the per-op table (what
 the TensorBoard plugin's Memory view showed); allocator snapshots (segments and blocks,
 fragmentation, the stack frames of the largest live blocks, the allocation that failed at OOM);
-export_memory_timeline categories. Every figure comes from analyzers.memory_queries over
+export_memory_timeline categories. Every figure comes from analyzers.read.memory_queries over
 sql/lib/memory.sql; this page only picks and draws.
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from analyzers import memory_queries as mq
-from analyzers.safe_text import clip
+from analyzers.read import memory_queries as mq
+from analyzers.common.safe_text import clip
 from app import state, ui
 
 MIB = float(1 << 20)

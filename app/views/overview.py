@@ -4,8 +4,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from analyzers.findings import ENGINE_NAMES
-from analyzers import queries
+from analyzers.analysis.context import ENGINE_NAMES
+from analyzers.read import queries
 from app import charts, state, ui
 
 st.title("Overview")
@@ -34,6 +34,7 @@ st.markdown(f"Workload: **{workload}**" + (f" ({ui.md(engine)})" if engine else 
 
 per_rank = state.rank_breakdown(state.db_path(), run_id)
 summary = state.rank_summary(state.db_path(), run_id)
+figures = state.run_summary(run_id)
 found = state.findings(run_id)
 origin = (state.time_bounds(state.db_path(), run_id) or (None, None))[0]
 
@@ -43,20 +44,20 @@ cols = st.columns(5)
 cols[0].metric("Ranks", len(info["ranks"]), help=f"world size {info['world_size']}")
 cols[1].metric("Steps per rank", int(per_rank["steps"].max()) if len(per_rank) else 0)
 if len(per_rank) and not state.is_cpu_only(run_id):
-    cols[2].metric("Mean step time (GPU clock)", ui.duration(per_rank['step_ms'].mean()),
+    cols[2].metric("Mean step time (GPU clock)", ui.duration(figures["gpu_step_ms"]),
                    help="mean over ranks of the GPU-clock step (from a step's first GPU work to the next "
                         "step's), the step the chart below breaks down; the host's ProfilerStep time, which "
                         "findings' % of step use, is the table's 'host step' column")
-elif len(summary) and summary["step_time_ms"].notna().any():
-    cols[2].metric("Mean step time", ui.duration(summary['step_time_ms'].mean()),
+elif figures["host_step_ms"] is not None:
+    cols[2].metric("Mean step time", ui.duration(figures["host_step_ms"]),
                    help="mean ProfilerStep duration over ranks (a CPU-only trace: the host's steps)")
 else:
     cols[2].metric("Mean step time", "–")
-if len(summary) and summary["idle_pct"].notna().any():
-    cols[3].metric("GPU idle", f"{summary['idle_pct'].mean():.1f} %",
+if figures["idle_pct"] is not None:
+    cols[3].metric("GPU idle", f"{figures['idle_pct']:.1f} %",
                    help="HTA's definition: % of each rank's whole GPU span, first to last GPU activity, GPU work "
-                        "launched before the first step included; the chart's idle is per GPU-clock step, and "
-                        "'cause not identified' only the idle inside host steps no finding explains")
+                        "launched before the first step included, mean over ranks; the chart's idle is per GPU-clock "
+                        "step, and 'cause not identified' only the idle inside host steps no finding explains")
 else:
     cols[3].metric("GPU idle", "–", help="no GPU activity in this trace")
 cols[4].metric("Findings", len(found),

@@ -6,8 +6,8 @@ import json
 import pandas as pd
 import streamlit as st
 
-from analyzers import queries
-from analyzers import runs as run_store
+from analyzers.read import queries
+from analyzers.store import runs as run_store
 from app import charts, fixinfo, review, state, ui
 
 st.title("Report")
@@ -16,7 +16,7 @@ if run_id is None:
     st.stop()
 
 try:
-    from analyzers.report import build_report, render_html, render_markdown
+    from analyzers.read.report import build_report, render_html, render_markdown
 except ImportError as exc:
     st.error(f"The report module is not available in this checkout ({exc}).")
     st.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from analyzers import runs as run_store
+from analyzers.store import runs as run_store
 from app import auth, data_root, state, ui, uploads
 
 st.title("Manage runs")

@@ -3,7 +3,7 @@ intervals highlighted, and the window exported as a small Chrome trace for Perfe
 
 Only the visible span is queried, and re-queried as the user zooms (the slider, the zoom buttons
 or a drag across the chart): bars shorter than a pixel of that span are merged and the rest capped
-(analyzers.queries.timeline_window), so this stays quick on a 1 GB trace and a narrow span shows
+(analyzers.read.queries.timeline_window), so this stays quick on a 1 GB trace and a narrow span shows
 every event as its own bar, CPU ops at their nesting depth.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import streamlit as st
 
-from analyzers import queries
-from analyzers import runs as run_store
+from analyzers.read import queries
+from analyzers.store import runs as run_store
 from app import charts, state, ui
 
 MAX_DEFAULT_RANKS = 8  # drawing every rank of a 128-rank job helps nobody; the user can add more

@@ -1,6 +1,6 @@
 -- requires: lib/steps.sql lib/gpu_activity.sql lib/collectives.sql lib/rank_balance.sql
 -- Trace integrity: what in a trace makes some figures unreliable or would fake a finding, each
--- read by analyzers/integrity.py into one plain-words note. Trace text (kernel names, log lines)
+-- read by analyzers/analysis/integrity.py into one plain-words note. Trace text (kernel names, log lines)
 -- comes out as values, never into SQL.
 
 
@@ -110,10 +110,10 @@ GROUP BY s.rank;
 --          example (a repeating number)
 CREATE OR REPLACE MACRO repeated_profiler_steps(run) AS TABLE
 WITH ranges AS (
-    SELECT rank, CAST(regexp_extract(name, '^ProfilerStep\s*#\s*(\d+)', 1) AS INTEGER) AS step, count(*) AS n
+    SELECT rank, profiler_step_number(name) AS step, count(*) AS n
     FROM events
     WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation')
-      AND starts_with(name, 'ProfilerStep') AND regexp_matches(name, '^ProfilerStep\s*#\s*\d+') AND dur_ns IS NOT NULL
+      AND is_profiler_step(name) AND dur_ns IS NOT NULL
     GROUP BY rank, step
     HAVING count(*) > 1
 )

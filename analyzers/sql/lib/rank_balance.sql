@@ -51,7 +51,7 @@ WITH step_windows AS (
 ), comm_args AS (
     -- the process group is in the kernel's args, which collectives() does not carry
     -- (read from gpu_activity: its kernels are these events, and a cached gpu_activity
-    -- (sqlrun.run_cache) saves scanning every kernel's args again)
+    -- (sql.engine.run_cache) saves scanning every kernel's args again)
     SELECT e.rank, e.correlation, e.start_ns,
            json_extract_string(e.args, '$."Process Group Name"') AS pg
     FROM gpu_activity(run) e
@@ -142,7 +142,7 @@ WITH gloo_spans AS MATERIALIZED (
     QUALIFY row_number() OVER (PARTITION BY e.rank ORDER BY count(*) DESC, e.pid, e.tid) = 1
 ), training_threads AS (
     SELECT DISTINCT rank, pid, tid FROM events
-    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND starts_with(name, 'ProfilerStep')
+    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND is_profiler_step(name)
       AND rank IN (SELECT rank FROM gloo_spans)
     UNION
     SELECT rank, pid, tid FROM marker_threads
@@ -152,7 +152,7 @@ WITH gloo_spans AS MATERIALIZED (
                OR starts_with(e.name, 'gloo:') OR e.name = 'record_param_comms' AS is_comm
     FROM events e
     JOIN training_threads t ON t.rank = e.rank AND t.pid IS NOT DISTINCT FROM e.pid AND t.tid IS NOT DISTINCT FROM e.tid
-    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns > 0 AND NOT starts_with(e.name, 'ProfilerStep')
+    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns > 0 AND NOT is_profiler_step(e.name)
 ), comm_ops AS (
     SELECT rank AS grp, start_ns, end_ns FROM thread_ops WHERE is_comm
 ), comm_starts AS (
@@ -177,7 +177,7 @@ WHERE in_a;
 
 
 -- rank_gpu_work(run, host_blocked_min_ns): rank_balance's GPU figures of each rank with counted GPU
--- activity, from that rank's events alone (sqlrun.run_cache computes it rank by rank), in ns over
+-- activity, from that rank's events alone (sql.engine.run_cache computes it rank by rank), in ns over
 -- the whole trace: span_ns, compute_ns, comm_ns, exposed_ns, held_ns (NULL where it has none).
 CREATE OR REPLACE MACRO rank_gpu_work(run, host_blocked_min_ns) AS TABLE
 WITH act AS MATERIALIZED (

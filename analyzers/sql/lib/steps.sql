@@ -4,6 +4,16 @@
 -- of raw events, so Kineto-generation differences are handled once, here.
 
 
+-- is_profiler_step(name): BOOLEAN, the event is a ProfilerStep#N range (torch.profiler's step
+-- annotation). starts_with first: a cheap test that rejects the million other op names before the regex.
+CREATE OR REPLACE MACRO is_profiler_step(name) AS
+    starts_with(name, 'ProfilerStep') AND regexp_matches(name, '^ProfilerStep\s*#\s*\d+');
+
+-- profiler_step_number(name): INTEGER, N of a ProfilerStep#N name.
+CREATE OR REPLACE MACRO profiler_step_number(name) AS
+    CAST(regexp_extract(name, '^ProfilerStep\s*#\s*(\d+)', 1) AS INTEGER);
+
+
 -- profiler_steps(run): ProfilerStep#N windows per rank, as the CPU saw them.
 -- A step annotated on several threads (or twice) keeps its widest window.
 -- Columns:
@@ -12,18 +22,17 @@
 --   start_ns, end_ns, dur_ns
 CREATE OR REPLACE MACRO profiler_steps(run) AS TABLE
 SELECT run_id, rank,
-       CAST(regexp_extract(name, '^ProfilerStep\s*#\s*(\d+)', 1) AS INTEGER) AS step,
+       profiler_step_number(name) AS step,
        min(ts_ns) AS start_ns, max(ts_ns + dur_ns) AS end_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns
 FROM events
 WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation')
-  -- starts_with first: a cheap test that rejects the million other op names before the regex
-  AND starts_with(name, 'ProfilerStep') AND regexp_matches(name, '^ProfilerStep\s*#\s*\d+') AND dur_ns IS NOT NULL
+  AND is_profiler_step(name) AND dur_ns IS NOT NULL
 GROUP BY run_id, rank, step;
 
 
 
 -- profiler_step_names(run): how many distinct ProfilerStep#N numbers the whole run has (one row),
--- the run-wide fact gpu_activity's HTA step rule reads (sqlrun.run_cache keeps it for rank passes).
+-- the run-wide fact gpu_activity's HTA step rule reads (sql.engine.run_cache keeps it for rank passes).
 CREATE OR REPLACE MACRO profiler_step_names(run) AS TABLE
 SELECT count(DISTINCT step) AS n_step_names FROM profiler_steps(run);
 

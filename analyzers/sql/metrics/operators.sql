@@ -2,7 +2,7 @@
 -- Operator and kernel views: top CPU ops, GPU kernels and module scopes by time, what the PyTorch
 -- Profiler TensorBoard plugin's Operator and Kernel views showed, and their diff between two runs
 -- (HTA's TraceDiff). The dashboard's "Operators & kernels" page, Compare and `python -m analyzers
--- top` read these (analyzers/queries.py).
+-- top` read these (analyzers/read/queries.py).
 --
 -- Every view covers a window, the same parameters throughout:
 --   only_rank   a rank, or NULL for every rank
@@ -112,7 +112,7 @@ WITH bounds AS (
     FROM events e JOIN windows w ON w.rank = e.rank
     WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns IS NOT NULL AND e.dur_ns >= 0
       AND e.ts_ns < w.horizon AND e.ts_ns + e.dur_ns >= w.w0
-      AND NOT (starts_with(e.name, 'ProfilerStep') AND regexp_matches(e.name, '^ProfilerStep\s*#\s*\d+'))
+      AND NOT is_profiler_step(e.name)
 ), whole_run_starts AS (
     -- the whole run: each op's start (1 ns) against its rank's host steps
     SELECT op_id, rank AS grp, start_ns, start_ns + 1 AS end_ns FROM ops WHERE whole_run
@@ -308,7 +308,7 @@ WITH RECURSIVE windows AS MATERIALIZED (
       AND e.ts_ns < w.w1 AND e.ts_ns + e.dur_ns >= w.w0
       AND ((e.kind = 'python_function' AND starts_with(e.name, 'nn.Module: '))
            OR (e.kind = 'user_annotation'
-               AND NOT (starts_with(e.name, 'ProfilerStep') AND regexp_matches(e.name, '^ProfilerStep\s*#\s*\d+'))))
+               AND NOT is_profiler_step(e.name)))
 ), whole_run_starts AS (
     SELECT scope_id, rank AS grp, start_ns, start_ns + 1 AS end_ns FROM scopes WHERE whole_run
 ), host_steps AS (

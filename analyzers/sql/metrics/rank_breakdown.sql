@@ -109,3 +109,46 @@ SELECT r.grp AS rank, coalesce(m.union_ns, 0) AS comm_in_steps_ns, coalesce(h.h2
 FROM (SELECT DISTINCT grp FROM act) r
 LEFT JOIN interval_union_total('comm_in_steps') m ON m.grp = r.grp
 LEFT JOIN h2d_in_steps h ON h.grp = r.grp;
+
+
+-- rank_summary(run): the report's and the Overview's ranks table, one row per rank, from
+-- rank_breakdown (HTA's whole-trace percentages) and rank_step_costs (per-step figures counting
+-- only what lies inside the steps). GPU figures are NULL on a rank without counted GPU activity.
+-- Columns:
+--   rank              INTEGER
+--   steps             BIGINT   steps (ProfilerStep#N windows, else inferred iterations; 0: none)
+--   step_time_ms      DOUBLE   mean step duration, ms; the GPU span when the rank has no steps
+--   idle_pct, compute_pct, non_compute_pct   DOUBLE  HTA's temporal breakdown, % of the GPU span
+--                              (NULL when the span is 0)
+--   comm_time_ms      DOUBLE   communication kernel time per step, ms: the union of NCCL kernel
+--                              intervals inside the steps / steps
+--   comm_overlap_pct  DOUBLE   % of the whole communication time overlapped by compute kernels
+--                              (HTA's comm/comp overlap); NULL without communication
+--   h2d_time_ms       DOUBLE   host-to-device copy time inside the steps per step, ms
+CREATE OR REPLACE MACRO rank_summary(run) AS TABLE
+SELECT b.rank,
+       b.n_steps AS steps,
+       b.mean_step_ns::DOUBLE / 1e6 AS step_time_ms,
+       CASE WHEN b.gpu_events > 0 AND b.span_ns <> 0 THEN 100.0::DOUBLE * b.idle_ns::DOUBLE / b.span_ns::DOUBLE END AS idle_pct,
+       CASE WHEN b.gpu_events > 0 AND b.span_ns <> 0 THEN 100.0::DOUBLE * b.compute_ns::DOUBLE / b.span_ns::DOUBLE END AS compute_pct,
+       CASE WHEN b.gpu_events > 0 AND b.span_ns <> 0 THEN 100.0::DOUBLE * b.non_compute_ns::DOUBLE / b.span_ns::DOUBLE END
+           AS non_compute_pct,
+       CASE WHEN b.gpu_events > 0 THEN coalesce(c.comm_in_steps_ns, 0)::DOUBLE / b.steps_divisor::DOUBLE / 1e6 END
+           AS comm_time_ms,
+       CASE WHEN b.gpu_events > 0 AND b.comm_ns <> 0 THEN 100.0::DOUBLE * b.comm_overlap_ns::DOUBLE / b.comm_ns::DOUBLE END
+           AS comm_overlap_pct,
+       CASE WHEN b.gpu_events > 0 THEN coalesce(c.h2d_in_steps_ns, 0)::DOUBLE / b.steps_divisor::DOUBLE / 1e6 END
+           AS h2d_time_ms
+FROM rank_breakdown(run) b
+LEFT JOIN rank_step_costs(run) c ON c.rank = b.rank;
+
+
+-- run_mean_step(run): the run's step, one row. What a finding about the whole run (no one rank)
+-- is a % of, and the step its costs are weighed against.
+-- Columns:
+--   mean_step_ns  DOUBLE  the mean over ranks of each rank's mean step (rank_breakdown.mean_step_ns;
+--                         ranks without one left out); NULL when no rank has one
+--   ranks         BIGINT  the run's ranks (rank files)
+CREATE OR REPLACE MACRO run_mean_step(run) AS TABLE
+SELECT avg(mean_step_ns) FILTER (WHERE mean_step_ns <> 0) AS mean_step_ns, count(*) AS ranks
+FROM (SELECT mean_step_ns FROM rank_breakdown(run) ORDER BY rank);

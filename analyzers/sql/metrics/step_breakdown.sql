@@ -1,4 +1,4 @@
--- requires: lib/gpu_steps.sql lib/gpu_activity.sql
+-- requires: lib/gpu_steps.sql lib/gpu_activity.sql metrics/rank_breakdown.sql
 -- Where each step's time went on the GPU, and its mean per rank: what the Overview, Ranks,
 -- Compare and report charts draw.
 
@@ -79,3 +79,16 @@ SELECT rank, count(*) AS steps, avg(step_ns) AS step_ns, avg(compute_ns) AS comp
        avg(comm_ns) AS comm_ns
 FROM step_breakdown(run)
 GROUP BY rank;
+
+
+-- run_summary(run): the run-wide figures the Overview shows, one row.
+-- Columns:
+--   host_step_ms  DOUBLE   run_mean_step: the mean over ranks of each rank's mean host step, ms
+--   gpu_step_ms   DOUBLE   the mean over ranks of each rank's mean GPU-clock step (rank_step_breakdown), ms
+--   idle_pct      DOUBLE   the mean over ranks with GPU activity of HTA's idle % (rank_summary)
+--   has_gpu       BOOLEAN  some rank has counted GPU activity (kernels, copies, memsets)
+CREATE OR REPLACE MACRO run_summary(run) AS TABLE
+SELECT (SELECT mean_step_ns / 1e6 FROM run_mean_step(run)) AS host_step_ms,
+       (SELECT avg(step_ns) / 1e6 FROM rank_step_breakdown(run)) AS gpu_step_ms,
+       (SELECT avg(idle_pct) FROM rank_summary(run)) AS idle_pct,
+       (SELECT coalesce(bool_or(gpu_events > 0), false) FROM rank_breakdown(run)) AS has_gpu;

@@ -1,0 +1,65 @@
+"""Fix model for exposed communication, by the finding's first fix:
+- no_sync_accumulation: one all-reduce every NO_SYNC_ACCUMULATION_STEPS steps (fewer rounds): each
+  collective's transfer, amortised, is 1/NO_SYNC_ACCUMULATION_STEPS of what it was;
+- comm_compression / powersgd: COMM_COMPRESSION_BYTES_FACTOR of the bytes, so of the transfer time;
+- otherwise (bucket tuning, overlap with backward): the collectives of a step overlap the backward
+  pass but its last one, which the optimizer still waits for: their transfer leaves the path.
+Waiting for a late rank is not this finding's (rank_imbalance): what is left after the last rank
+arrives (the transfer) is what changes."""
+from __future__ import annotations
+
+import numpy as np
+
+from analyzers.analysis.whatif.graph import COMM_WAIT, G_COMM
+from analyzers.analysis.whatif.models import FixModel, Touched, apply_per_rank
+
+
+def _transform(run, finding, t):
+    fixes = list(finding.get("fixes") or [])
+    first = fixes[0] if fixes else ""
+    if first == "no_sync_accumulation":
+        factor, words = 1.0 / float(t["NO_SYNC_ACCUMULATION_STEPS"]), (
+            f"gradients all-reduced once every NO_SYNC_ACCUMULATION_STEPS={int(t['NO_SYNC_ACCUMULATION_STEPS'])} "
+            "steps (DDP no_sync), the transfer amortised over them")
+    elif first in ("comm_compression", "powersgd"):
+        factor, words = float(t["COMM_COMPRESSION_BYTES_FACTOR"]), (
+            f"gradients compressed to COMM_COMPRESSION_BYTES_FACTOR={t['COMM_COMPRESSION_BYTES_FACTOR']:g} of "
+            "their bytes; transfer time in proportion")
+    else:
+        factor, words = None, ("the step's collectives overlap the backward pass except its last one "
+                               "(smaller DDP buckets issued as gradients are ready)")
+
+    def change(g):
+        comm_op = g.g_cat == G_COMM
+        wait = (g.h_type == COMM_WAIT) & g.h_blocking
+        if not comm_op.any() and not wait.any():
+            return None
+        if factor is not None:
+            scale_op, scale_wait = comm_op, wait
+        else:     # overlap: all but each step's last collective
+            scale_op = comm_op & ~_last_per_step(g, comm_op, gpu=True)
+            scale_wait = wait & ~_last_per_step(g, wait, gpu=False)
+        f = 0.0 if factor is None else factor
+        g_dur = np.where(scale_op & (g.g_coll < 0), (g.g_dur * f).astype(np.int64), g.g_dur)
+        g_tail = np.where(scale_op, (g.g_coll_tail * f).astype(np.int64), g.g_coll_tail)
+        h_tail = np.where(scale_wait, (g.h_coll_tail * f).astype(np.int64), g.h_coll_tail)
+        return (g.replace(g_dur=g_dur, g_coll_tail=g_tail, h_coll_tail=h_tail),
+                Touched(host=scale_wait, gpu=scale_op))
+
+    return apply_per_rank(run, finding, change, [words])
+
+
+def _last_per_step(g, mask, gpu: bool) -> np.ndarray:
+    """The last of `mask`'s nodes in each step (by host position of their launch)."""
+    position = g.g_launch if gpu else np.arange(g.n_host)
+    last = np.zeros(len(mask), dtype=bool)
+    idx = np.flatnonzero(mask)
+    for a, b in zip(g.step_start_node, g.step_end_node):
+        inside = idx[(position[idx] >= a) & (position[idx] <= b)]
+        if len(inside):
+            last[inside[np.argmax(position[inside])]] = True
+    return last
+
+
+FIX_MODEL = FixModel(fix="less exposed communication (no_sync, compression or overlap, by the first fix)",
+                     transform=_transform)

@@ -1,0 +1,51 @@
+"""Fix model: the DataLoader's wait replaced by what its throughput with N workers leaves.
+
+A loader without workers makes each batch on the training thread: its wait P is the batch's
+production time; N workers make a batch every P/N while the loop runs its T other ms, so the wait
+becomes max(handoff, P/N - T). A loader that already has workers is throughput-bound when it makes
+the loop wait: P/N_now = T + wait, and DATALOADER_WORKER_SCALE times the workers give
+(T + wait)/scale - T."""
+from __future__ import annotations
+
+import numpy as np
+
+from analyzers.analysis.whatif.graph import LOADER
+from analyzers.analysis.whatif.models import FixModel, Touched, apply_per_rank
+
+
+def _transform(run, finding, t):
+    workers = int(t["DATALOADER_FIX_WORKERS"])
+    scale = float(t["DATALOADER_WORKER_SCALE"])
+    handoff = int(t["DATALOADER_HANDOFF_NS"])
+
+    def change(g):
+        loader = g.h_type == LOADER
+        if not loader.any() or not len(g.step_measured_ns):
+            return None
+        in_steps = loader & _inside_steps(g)
+        waits = g.h_dur[in_steps]
+        other_ns = max(float(np.mean(g.step_measured_ns)) - waits.sum() / len(g.step_measured_ns), 0.0)
+        new = g.h_dur.copy()
+        main = loader & g.h_loader_in_main
+        new[main] = np.maximum(handoff, g.h_dur[main] / workers - other_ns)
+        pooled = loader & ~g.h_loader_in_main
+        new[pooled] = np.maximum(handoff, (other_ns + g.h_dur[pooled]) / scale - other_ns)
+        new = np.minimum(new, g.h_dur).astype(np.int64)
+        return g.replace(h_dur=new), Touched(host=loader, gpu=np.zeros(len(g.g_stream), dtype=bool))
+
+    return apply_per_rank(run, finding, change, [
+        f"a loader without workers gets DATALOADER_FIX_WORKERS={workers} workers; one with workers gets "
+        f"DATALOADER_WORKER_SCALE={scale:g}x as many",
+        "the workers run beside the training loop without slowing it (enough CPU cores)",
+        f"the loop still spends DATALOADER_HANDOFF_NS={handoff / 1e6:g} ms per batch receiving it"])
+
+
+def _inside_steps(g) -> np.ndarray:
+    """Host nodes between a step's start and end markers."""
+    inside = np.zeros(g.n_host, dtype=bool)
+    for a, b in zip(g.step_start_node, g.step_end_node):
+        inside[a:b + 1] = True
+    return inside
+
+
+FIX_MODEL = FixModel(fix="more DataLoader workers (dataloader_tuning)", transform=_transform)

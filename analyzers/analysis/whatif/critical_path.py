@@ -1,0 +1,115 @@
+"""The critical path of a replay: from each rank's last step end, back along the dependency that
+decided each node's time. Each element contributes (its end - its predecessor's end), split into
+its own part (a kernel's duration, a sync's own overhead, a DataLoader wait) and what led to it (CPU
+work before a host node, launch latency, queueing), so the path's parts add up to its length.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzers.analysis.whatif.graph import (CALL, COMM_ISSUE, COMM_WAIT, COPY, G_COMM, G_COMPUTE, G_MEMORY, G_WAIT, HOST_TYPE_NAMES,
+                                    LAUNCH, LOADER, NEVER, STEP, SYNC, RankGraph)
+from analyzers.analysis.whatif.replay import P_GPU, P_HOST, P_NONE, RankReplay
+
+# path categories, in the order the pages show them
+CATEGORIES = ("cpu", "launch", "runtime_stall", "sync", "copy", "loader", "comm_wait", "launch_latency",
+              "gpu_queue", "gpu_compute", "gpu_comm", "gpu_memory", "collective_wait")
+_HOST_OWN = {CALL: "launch", LAUNCH: "launch", SYNC: "sync", COPY: "copy", LOADER: "loader",
+             COMM_WAIT: "comm_wait", COMM_ISSUE: "cpu", STEP: "cpu"}
+_GPU_OWN = {G_COMPUTE: "gpu_compute", G_COMM: "gpu_comm", G_MEMORY: "gpu_memory", G_WAIT: "gpu_queue"}
+
+
+@dataclass
+class CriticalPath:
+    """One rank's path. Elements in time order; own/lead split each element's contribution."""
+    rank: int
+    is_gpu: np.ndarray          # bool per element
+    index: np.ndarray           # host node or GPU op index
+    own_ns: np.ndarray          # the element's own part
+    lead_ns: np.ndarray         # what came before it (CPU work, launch latency, queueing)
+    end_ns: np.ndarray          # the element's replayed end (assigns it to a step)
+    own_category: list[str]
+    lead_category: list[str]
+
+    def by_category(self) -> dict[str, int]:
+        totals = dict.fromkeys(CATEGORIES, 0)
+        for cat, v in zip(self.own_category, self.own_ns.tolist()):
+            totals[cat] += v
+        for cat, v in zip(self.lead_category, self.lead_ns.tolist()):
+            totals[cat] += v
+        return totals
+
+    def touched_ns(self, host_mask: np.ndarray, gpu_mask: np.ndarray, host_lead_mask: np.ndarray | None = None) -> int:
+        """Time on the path of the nodes a fix changes: their own parts (and, for host nodes in
+        host_lead_mask, the CPU work before them)."""
+        on_gpu = self.index[self.is_gpu]
+        on_host = self.index[~self.is_gpu]
+        own_gpu, own_host = self.own_ns[self.is_gpu], self.own_ns[~self.is_gpu]
+        total = int(own_gpu[gpu_mask[on_gpu]].sum()) if len(gpu_mask) else 0
+        total += int(own_host[host_mask[on_host]].sum()) if len(host_mask) else 0
+        if host_lead_mask is not None and len(host_lead_mask):
+            total += int(self.lead_ns[~self.is_gpu][host_lead_mask[on_host]].sum())
+        return total
+
+
+def critical_path(g: RankGraph, r: RankReplay) -> CriticalPath:
+    """Walk back from the last step's end marker to the first step's start. Nodes are numbered host
+    first (0..n-1), then GPU ops (n..n+m-1); the walk jumps over runs of nodes that each follow the
+    one numbered just before them (most of a host chain, queued kernels), so it loops once per run,
+    and every element's contribution is worked out afterwards, vectorised."""
+    n, m = g.n_host, len(g.g_stream)
+    total = n + m
+    sentinel = total
+    end = np.concatenate([r.h_end, r.g_end, [NEVER]])
+    start = np.concatenate([r.h_start, r.g_start, [NEVER]])
+    pred = np.concatenate([
+        np.where(r.h_pred_kind == P_HOST, r.h_pred, np.where(r.h_pred_kind == P_GPU, r.h_pred + n, -1)),
+        np.where(r.g_pred_kind == P_HOST, r.g_pred, np.where(r.g_pred_kind == P_GPU, r.g_pred + n, -1)),
+        [-1]]).astype(np.int64)
+    pred = np.where(pred < 0, sentinel, pred)
+    stop_time = int(r.h_end[g.step_start_node].min()) if len(g.step_start_node) else NEVER
+    pred_end = end[pred]
+    stops = (pred == sentinel) | (pred_end <= stop_time)
+    idx = np.arange(total + 1)
+    follows_previous = (pred == idx - 1) & (idx != n) & ~stops
+    run_start = np.maximum.accumulate(np.where(follows_previous, 0, idx))
+    node = int(g.step_end_node[np.argmax(r.h_end[g.step_end_node])]) if len(g.step_end_node) else n - 1
+    pieces = []
+    for _ in range(total + 1):
+        first = int(run_start[node])
+        piece = np.arange(node, first - 1, -1)
+        pieces.append(piece)
+        if stops[first]:
+            break
+        node = int(pred[first])
+    ids = np.concatenate(pieces)[::-1] if pieces else np.zeros(0, dtype=np.int64)
+    is_gpu = ids >= n
+    index = np.where(is_gpu, ids - n, ids)
+    e, st, pe, p = end[ids], start[ids], pred_end[ids], pred[ids]
+    pe = np.where(p == sentinel, st, pe)
+    p_is_gpu = (p >= n) & (p != sentinel)
+    own = np.zeros(len(ids), dtype=np.int64)
+    lead = np.zeros(len(ids), dtype=np.int64)
+    # GPU ops: own = their duration (less any wait for other ranks), lead = latency/queue/wait before
+    gi = np.flatnonzero(is_gpu)
+    wait = r.g_coll_wait[index[gi]]
+    own[gi] = e[gi] - st[gi] - wait
+    lead[gi] = np.maximum(0, e[gi] - pe[gi] - own[gi])
+    # host nodes: own = their duration, or (a blocking node that waited on the GPU) what followed the wait
+    hi = np.flatnonzero(~is_gpu)
+    waited = p_is_gpu[hi]
+    own[hi] = np.where(waited, np.maximum(0, e[hi] - pe[hi]), np.maximum(0, e[hi] - st[hi]))
+    lead[hi] = np.where(waited, 0, np.maximum(0, e[hi] - pe[hi] - own[hi]))
+    host_cat = np.array([_HOST_OWN[t] for t in range(len(HOST_TYPE_NAMES))], dtype=object)
+    gpu_cat = np.array([_GPU_OWN[c] for c in range(len(_GPU_OWN))], dtype=object)
+    own_category = np.empty(len(ids), dtype=object)
+    h_types = g.h_type[index[hi]]
+    own_category[hi] = np.where(g.h_stall[index[hi]], "runtime_stall", host_cat[h_types])
+    own_category[gi] = gpu_cat[g.g_cat[index[gi]]]
+    lead_category = np.full(len(ids), "cpu", dtype=object)
+    lead_category[gi] = np.where(wait > 0, "collective_wait",
+                                 np.where(p_is_gpu[gi], "gpu_queue", "launch_latency"))
+    return CriticalPath(rank=g.rank, is_gpu=is_gpu, index=index, own_ns=own, lead_ns=lead, end_ns=e,
+                        own_category=own_category.tolist(), lead_category=lead_category.tolist())

@@ -1,0 +1,71 @@
+"""What a fix model is: a transform of the run's graph (analysis/kinds/<kind>/whatif.py declares one per
+finding kind as `FIX_MODEL`), and the helpers the transforms share.
+
+A transform returns the changed graph, the nodes it changed per rank (their time on the critical
+path is the finding's `on_critical_path_ms`) and its assumptions in words, each naming the
+thresholds.py parameter it rests on. Transforms only shorten or unblock work, so a replay after
+any set of fixes is never slower than before.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from analyzers.analysis.whatif.graph import RankGraph, RunGraph
+
+
+@dataclass
+class Touched:
+    """The nodes a fix changes on one rank."""
+    host: np.ndarray            # bool per host node: its own time
+    gpu: np.ndarray             # bool per GPU op
+    host_lead: np.ndarray | None = None   # bool per host node: the CPU time before it too
+
+
+@dataclass
+class FixEffect:
+    graph: RunGraph
+    touched: dict[int, Touched]
+    assumptions: list[str] = field(default_factory=list)
+
+
+# (run graph, the finding as the CLI contract has it, thresholds) -> FixEffect, or None: no prediction
+Transform = Callable[[RunGraph, Mapping[str, Any], Mapping[str, float]], "FixEffect | None"]
+
+
+@dataclass(frozen=True)
+class FixModel:
+    """A kind's fix model: the fix it stands for, in words, and its transform."""
+    fix: str
+    transform: Transform
+
+
+def finding_ranks(run: RunGraph, finding: Mapping[str, Any]) -> list[int]:
+    """The ranks of the graph a finding covers (every rank when it names none)."""
+    named = set(finding.get("ranks") or ([] if finding.get("rank") is None else [finding["rank"]]))
+    return [g.rank for g in run.ranks if not named or g.rank in named]
+
+
+def apply_per_rank(run: RunGraph, finding: Mapping[str, Any],
+                   change: Callable[[RankGraph], "tuple[RankGraph, Touched] | None"],
+                   assumptions: list[str]) -> FixEffect | None:
+    """Apply `change` to each rank the finding covers; None when it changed nothing anywhere."""
+    ranks = set(finding_ranks(run, finding))
+    graphs, touched = [], {}
+    for g in run.ranks:
+        result = change(g) if g.rank in ranks else None
+        if result is None:
+            graphs.append(g)
+            continue
+        new, hit = result
+        graphs.append(new)
+        touched[g.rank] = hit
+    if not touched:
+        return None
+    return FixEffect(graph=run.replace(ranks=graphs), touched=touched, assumptions=assumptions)
+
+
+def none_touched(g: RankGraph) -> Touched:
+    return Touched(host=np.zeros(g.n_host, dtype=bool), gpu=np.zeros(len(g.g_stream), dtype=bool))
