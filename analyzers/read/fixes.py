@@ -68,13 +68,14 @@ def workload_mismatch(fix_workloads: Iterable[str], workload: str, engine: str |
 
 def trace_rules_out(fix, trace: Mapping[str, Any]) -> str | None:
     """Why the run (its stored costs: has_gpu, ranks, job_ranks, workload, engine, workload_evidence)
-    cannot use `fix` (an accel.registry.Fix): what it needs is missing, or it is for another workload."""
+    cannot use `fix` (an accel.registry.Fix): it is for another workload (said first: no trace of this
+    workload makes it apply), or what it needs is missing."""
     job_ranks = trace.get("job_ranks")
-    return (unmet_needs(fix.needs, bool(trace.get("has_gpu", True)), int(trace.get("ranks") or 1),
-                        int(job_ranks) if isinstance(job_ranks, int) else None)
-            or workload_mismatch(getattr(fix, "workloads", ()) or WORKLOAD_CONTEXTS,
-                                 str(trace.get("workload") or "unknown"), trace.get("engine"),
-                                 str(trace.get("workload_evidence") or "")))
+    return (workload_mismatch(getattr(fix, "workloads", ()) or WORKLOAD_CONTEXTS,
+                              str(trace.get("workload") or "unknown"), trace.get("engine"),
+                              str(trace.get("workload_evidence") or ""))
+            or unmet_needs(fix.needs, bool(trace.get("has_gpu", True)), int(trace.get("ranks") or 1),
+                           int(job_ranks) if isinstance(job_ranks, int) else None))
 
 
 @dataclass(frozen=True)

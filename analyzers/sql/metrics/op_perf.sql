@@ -226,7 +226,7 @@ WITH grouped AS (
                 ELSE CASE WHEN g.dtype IN ('bf16', 'fp16', 'fp32') THEN p.fp32_tflops END END AS peak_tflops
     FROM grouped g LEFT JOIN peak p ON TRUE
 )
-SELECT name, category, shape, dtype, calls, flops / calls / 1e9 AS gflops, bytes / calls / 1048576.0 AS mb,
+SELECT name, category, shape, dtype, calls, flops / calls / 1e9 AS gflops, bytes / calls / (1024.0 * 1024.0) AS mb,
        gpu_ns / 1e6 AS gpu_ms, gpu_ns / calls / 1e3 AS mean_us,
        flops / gpu_ns / 1e3 AS tflops, bytes / gpu_ns / 1e3 AS tbps, flops / nullif(bytes, 0) AS flops_per_byte,
        gpu, peak_tflops, peak_tbps,
