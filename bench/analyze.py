@@ -8,7 +8,7 @@ Inputs are bench/ingest.py's generated traces (bench/data/, built on first use b
 the real events of ../shared/traces/nccl_allreduce_with_sizes.json.gz). Each side runs in a fresh
 child process (peak RSS from os.wait4):
 - TraceDoctor: ingest_paths into a DuckDB file store, then analyze_run (every analysis in
-  analyzers/analyses: launch gaps with causes, host syncs, data loader, H2D copies, rank
+  analyzers/analysis/kinds: launch gaps with causes, host syncs, data loader, H2D copies, rank
   imbalance, exposed communication) and rank_summary (temporal breakdown, comm/comp overlap).
 - HTA 0.5.0: TraceAnalysis(trace_dir) parse, then get_temporal_breakdown, get_idle_time_breakdown,
   get_comm_comp_overlap and get_cuda_kernel_launch_stats for every rank (visualize=False).

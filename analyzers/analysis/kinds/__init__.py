@@ -52,7 +52,7 @@ def cause_row(rows: list[dict[str, Any]], rank: int, cause: str) -> dict[str, An
 
 
 def analysis_modules() -> list[Any]:
-    """Every analysis package of analyzers/analyses (one folder per finding kind, exposing SPEC
+    """Every analysis package of analyzers/analysis/kinds (one folder per finding kind, exposing SPEC
     and find), in name order."""
     package = importlib.import_module(__name__)
     modules = []

@@ -1,6 +1,6 @@
 """Fix model: FP32 matmul and convolution kernels on tensor cores (TF32, or fp16/bf16 autocast): each
 runs the finding's assumed tensor-core speedup faster (from the device's architecture:
-analyses/fp32_matmul, thresholds TENSOR_CORE_SPEEDUP)."""
+analysis/kinds/fp32_matmul, thresholds TENSOR_CORE_SPEEDUP)."""
 from __future__ import annotations
 
 import numpy as np
