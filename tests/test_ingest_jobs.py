@@ -2,6 +2,8 @@
 (or first file); ingest_paths and `analyze` refuse them naming the jobs; `ingest` splits them."""
 from __future__ import annotations
 
+import shutil
+
 import json
 from pathlib import Path
 
@@ -115,11 +117,18 @@ def test_cli_ingest_splits_and_analyze_refuses(parent, tmp_path, capsys):
     assert "python -m analyzers ingest" in err
 
 
-def test_real_shared_traces_folder_is_split_by_job(shared_traces):
+def test_real_shared_traces_folder_is_split_by_job(shared_traces, tmp_path):
+    # the folder's own traces and nccl2rank; its folders of runs from other projects (modern/,
+    # critical_path/) reuse rank numbers across unrelated jobs and are read one file a run elsewhere
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for path in shared_traces.glob("*.json.gz"):
+        shutil.copyfile(path, folder / path.name)
+    shutil.copytree(shared_traces / "nccl2rank", folder / "nccl2rank")
     con = connect(":memory:")
-    refused = ingest_paths(con, [shared_traces])
+    refused = ingest_paths(con, [folder])
     assert refused.run_id is None and "different jobs" in refused.errors[0].error
-    results = ingest_jobs(con, [shared_traces])
+    results = ingest_jobs(con, [folder])
     by_name = {names(con)[r.run_id]: r for r in results if r.run_id}
     assert by_name["nccl2rank"].ranks == [0, 1]                    # the two ranks of one job stay together
     assert by_name["cpu_only_rank34"].ranks == [34]
