@@ -8,7 +8,7 @@ import os
 import duckdb
 import pytest
 
-from analyzers.store.database import database as store
+from analyzers.store import database as store
 
 
 def _setting(con: duckdb.DuckDBPyConnection, name: str) -> str:
