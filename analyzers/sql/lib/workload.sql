@@ -35,8 +35,8 @@ WITH host AS (
         count(*) FILTER (WHERE kind = 'python_function' AND contains(name, 'transformers/generation/')) AS generate_frames,
         count(*) FILTER (WHERE kind = 'user_annotation'
                            AND regexp_matches(name, '(?i)(decode|prefill|inference|generate|serving)')) AS inference_ranges,
-        any_value(name) FILTER (WHERE kind = 'cpu_op' AND regexp_matches(name, 'Backward\d*$')) AS example_backward,
-        any_value(name) FILTER (WHERE kind = 'user_annotation'
+        min(name) FILTER (WHERE kind = 'cpu_op' AND regexp_matches(name, 'Backward\d*$')) AS example_backward,
+        min(name) FILTER (WHERE kind = 'user_annotation'
                                   AND regexp_matches(name, '(?i)(decode|prefill|inference|generate|serving)')) AS example_range
     FROM host
 ), engine AS (
