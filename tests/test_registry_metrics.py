@@ -33,8 +33,10 @@ APPLYING = {
     ("balanced_sampler", "rank_imbalance"): {"imbalance_source": "input", "shapes_compared": True,
                                              "shape_differs": True},
     ("comm_compression", "comm_exposed"): {"mean_msg_bytes": 8 << 20},
+    ("no_sync_accumulation", "comm_exposed"): {"allreduce_rounds_per_step": 4.0, "optimizer_steps_per_step": 1.0},
     ("powersgd", "comm_exposed"): {"mean_msg_bytes": 8 << 20, "busbw_gbps": 12.0},
-    ("hierarchical_allreduce", "comm_exposed"): {"nodes": 2, "world_size": 16, "local_world_size": 8},
+    ("hierarchical_allreduce", "comm_exposed"): {"hosts": 2, "nodes": 2, "world_size": 16,
+                                                   "local_world_size": 8},
 }
 CHECKED = [(fix.id, kind) for fix in registry.FIXES.values() if fix.predicate is not None
            for kind in fix.addresses if fix.reads_for(kind)]
@@ -110,8 +112,7 @@ def test_a_fix_no_metric_decides_applies_to_the_kinds_it_does_not_check():
     prefetcher = registry.get("cuda_prefetcher")
     assert prefetcher.reads_for("dataloader_stall") == ()
     assert prefetcher.verdict({"wait_ms_per_step": 40.0}, kind="dataloader_stall").status == "applies"
-    for fix_id in ("compile_reduce_overhead", "dataloader_tuning", "amp_autocast", "ddp_bucket_tuning",
-                   "no_sync_accumulation"):
+    for fix_id in ("compile_reduce_overhead", "dataloader_tuning", "amp_autocast", "ddp_bucket_tuning"):
         assert registry.get(fix_id).verdict({}).status == "applies", fix_id
 
 

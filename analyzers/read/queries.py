@@ -16,7 +16,7 @@ import duckdb
 if TYPE_CHECKING:    # frames come from DuckDB's .df(); importing pandas here cost the CLI 0.35 s a call
     import pandas as pd
 
-from analyzers.read.stored import analysis_notes
+from analyzers.read.stored import all_run_notes
 from analyzers.read.fixes import choose_fixes
 from analyzers.store.runs import require_run
 from analyzers.sql.engine import ensure_loaded
@@ -443,7 +443,7 @@ def whatif_vs_measured(con: duckdb.DuckDBPyConnection, before: str, after: str) 
 def run_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     """The caveats of the run's analysis in plain words (what could not be looked at, how to read
     the costs): the CLI JSON's "notes"."""
-    return analysis_notes(con, run_id)
+    return all_run_notes(con, run_id)
 
 
 def finding_counts(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:

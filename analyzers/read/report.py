@@ -43,7 +43,7 @@ def _error_dict(err: Any) -> dict[str, str]:
 
 def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[Any] = ()) -> dict[str, Any]:
     """The CLI JSON contract for a stored run (plus "notes": caveats in plain words)."""
-    from analyzers.read.stored import analysis_notes, stored_rank_table
+    from analyzers.read.stored import all_run_notes, stored_rank_table
     from analyzers.analysis.whatif import stored_whatif
 
     ensure_loaded(con)
@@ -73,7 +73,7 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[A
         # each finding's predicted step after its fix alone (None: no model for its kind, or a consequence)
         "findings": [{**finding_contract(f), "whatif": predictions.get(f["id"])}
                      for f in findings(con, run_id, raw=True)],
-        "notes": analysis_notes(con, run_id) + list(whatif.get("notes") or []),
+        "notes": all_run_notes(con, run_id),
     }
 
 

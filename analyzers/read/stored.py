@@ -42,3 +42,11 @@ def analysis_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return run_notes(con, run_id)
 
 
+def all_run_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """Every caveat of the run: the analyses' notes, then the what-if replay's (the CLI JSON's
+    "notes", and what the pages show)."""
+    from analyzers.analysis.whatif import stored_whatif
+
+    return analysis_notes(con, run_id) + list((stored_whatif(con, run_id) or {}).get("notes") or [])
+
+

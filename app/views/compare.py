@@ -139,6 +139,8 @@ ui.table(kinds.assign(kind=[ui.kind_title(k) for k in kinds["kind"]]),
                                                 help="the worst finding's share of the before run's step"),
     "after_pct": st.column_config.NumberColumn("After % step", format="%.1f %%",
                                                help="the worst finding's share of the after run's step"),
+    "before_bytes": st.column_config.NumberColumn("Before size", help="a memory finding's cost in the before run, in binary units"),
+    "after_bytes": st.column_config.NumberColumn("After size", help="a memory finding's cost in the after run, in binary units"),
     "before_count": st.column_config.NumberColumn("# before", format="%d", help="findings of this kind, before"),
     "after_count": st.column_config.NumberColumn("# after", format="%d", help="findings of this kind, after"),
 })
