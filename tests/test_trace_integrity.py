@@ -294,6 +294,35 @@ def test_trace_ending_mid_step_is_noted(tmp_path):
                                "median 1.00 ms)")
 
 
+def _steps_closed_by_the_optimizer(t: Trace, count: int) -> None:
+    for i in range(count):
+        start = i * STEP_US
+        t.step(i + 1, start, start + STEP_US)
+        t.launch(start + 2, start + 10, start + 900)
+        t._x("cpu_op", "Optimizer.step#AdamW.step", start + 900, start + 980)
+
+
+def test_a_short_last_step_that_ran_to_its_end_is_whole(tmp_path):
+    # a schedule stops at a step boundary: the last step is quick (less work) but reached the
+    # optimizer step that closes every other one
+    t = Trace()
+    _steps_closed_by_the_optimizer(t, 3)
+    t.step(4, 3 * STEP_US, 3 * STEP_US + 200)
+    t.launch(3 * STEP_US + 2, 3 * STEP_US + 10, 3 * STEP_US + 100)
+    t._x("cpu_op", "Optimizer.step#AdamW.step", 3 * STEP_US + 110, 3 * STEP_US + 190)
+    _, _, _, notes = load(tmp_path, t)
+    assert notes == []
+
+
+def test_a_short_last_step_without_the_op_closing_the_others_is_cut(tmp_path):
+    t = Trace()
+    _steps_closed_by_the_optimizer(t, 3)
+    t.step(4, 3 * STEP_US, 3 * STEP_US + 200)       # stopped before its optimizer step
+    t.launch(3 * STEP_US + 2, 3 * STEP_US + 10, 3 * STEP_US + 190)
+    _, _, _, notes = load(tmp_path, t)
+    assert len(notes) == 1 and notes[0].startswith("The trace ends inside a step (rank 0: ProfilerStep#4")
+
+
 def test_a_short_last_step_followed_by_host_work_is_not_cut_off(tmp_path):
     t = Trace()
     busy_steps(t, 1, 3)

@@ -140,7 +140,8 @@ WHERE d.world_size > l.loaded;
 --   'begins'  before the rank's first ProfilerStep the GPU ran work whose launch call is not in
 --             the trace: it was launched before profiling began, by a step already running
 --   'ends'    the rank's last ProfilerStep (of three or more) lasts under cut_max_fraction of the
---             median of its others and nothing on the host starts after it: the trace stopped
+--             median of its others, nothing on the host starts after it, and it lacks the host op
+--             that ends most of the steps before it (when they agree on one): the trace stopped
 --             inside that step
 -- Columns: rank, edge ('begins' | 'ends'), step (the cut step; for 'begins' the first full one),
 --          start_ns, end_ns (the partial part), dur_ns, median_step_ns (the rank's other steps)
@@ -174,7 +175,7 @@ WITH st AS (
     FROM events e
     WHERE e.run_id = run AND e.kind IN ('cpu_op', 'user_annotation', 'runtime', 'driver', 'python_function')
     GROUP BY e.rank
-), ends AS (
+), short_last AS (
     SELECT s.rank, 'ends' AS edge, s.step, s.start_ns, s.end_ns, s.dur_ns, o.median_step_ns
     FROM st s
     JOIN others o ON o.rank = s.rank
@@ -182,6 +183,28 @@ WITH st AS (
     WHERE s.from_last = 1 AND s.n_steps >= 3
       AND s.dur_ns < cut_max_fraction * o.median_step_ns
       AND h.last_host_start_ns <= s.end_ns
+), sampled AS (
+    -- the short last step and the three before it, on the (few) ranks that have one
+    SELECT st.* FROM st JOIN short_last c ON c.rank = st.rank WHERE st.from_last <= 4
+), step_ops AS (
+    SELECT w.rank, w.from_last, e.name, e.ts_ns + e.dur_ns AS end_ns
+    FROM events e JOIN sampled w ON w.rank = e.rank AND e.ts_ns >= w.start_ns AND e.ts_ns + e.dur_ns <= w.end_ns
+    WHERE e.run_id = run AND e.kind IN ('cpu_op', 'user_annotation') AND e.dur_ns IS NOT NULL
+      AND NOT is_profiler_step(e.name)
+), last_ops AS (
+    SELECT rank, from_last, arg_max(name, end_ns) AS name FROM step_ops WHERE from_last > 1 GROUP BY ALL
+), closing AS (
+    -- the host op that ends most of the steps before the last (its optimizer step, say)
+    SELECT l.rank, m.name, count(*) FILTER (WHERE l.name = m.name) AS agreeing, count(*) AS sampled
+    FROM last_ops l JOIN (SELECT rank, mode(name) AS name FROM last_ops GROUP BY rank) m ON m.rank = l.rank
+    GROUP BY l.rank, m.name
+), whole AS (
+    -- a last step that still ran the op closing the others finished: only shorter (a schedule
+    -- stops at a step boundary; the last step of a varying loop may simply be quick)
+    SELECT DISTINCT c.rank FROM closing c JOIN step_ops o ON o.rank = c.rank AND o.from_last = 1 AND o.name = c.name
+    WHERE 2 * c.agreeing > c.sampled
+), ends AS (
+    SELECT * FROM short_last WHERE rank NOT IN (SELECT rank FROM whole)
 )
 SELECT * FROM begins
 UNION ALL
