@@ -95,9 +95,10 @@ def passes(tmp_path_factory) -> list[dict[str, Any]]:
         for trace_file in sorted(results[name].trace_dir.glob("rank-*.json.gz")):
             split_trace_by_variant(trace_file, out / f"{name}-split", VARIANTS, VARIANT_MARK)
         step_ms = [checks["step_ms"] for checks in results[name].checks_per_rank]
-        measured.append({variant: {"step_ms": mean_step_ms(step_ms, variant),
-                                   "found": comm_findings(analyze_paths([str(out / f"{name}-split" / variant)]))}
-                         for variant in VARIANTS})
+        reports = {variant: analyze_paths([str(out / f"{name}-split" / variant)]) for variant in VARIANTS}
+        measured.append({variant: {"step_ms": mean_step_ms(step_ms, variant), "found": comm_findings(report),
+                                   "ranks": report["ranks"]}
+                         for variant, report in reports.items()})
     return measured
 
 
@@ -122,3 +123,14 @@ def test_blocked_allreduce_is_costed_at_the_step_time_it_adds(passes):
 def test_control_without_gradient_allreduce_has_no_comm_finding(passes):
     worst_pct = [max((f["cost_pct"] for f in measured["control"]["found"]), default=0.0) for measured in passes]
     assert statistics.median(worst_pct) <= CONTROL_MAX_PCT, worst_pct
+
+
+def test_the_ranks_table_shows_gloo_comm_in_flight_around_the_blocked_time(passes):
+    # comm per step on a gloo rank: collectives in flight inside its steps, which holds the time
+    # the training thread is blocked in them (comm_exposed's cost on that rank)
+    for measured in passes:
+        heavy = measured["comm_heavy"]
+        blocked = {r["rank"]: r["cost_ms_per_step"] for r in heavy["found"][0]["metrics"]["per_rank"]}
+        for row in heavy["ranks"]:
+            assert row["comm_time_ms"] is not None and row["comm_time_ms"] >= 0.99 * blocked[row["rank"]], row
+        assert all(not row["comm_time_ms"] for row in measured["control"]["ranks"]), measured["control"]["ranks"]

@@ -44,7 +44,9 @@ def rank_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, 
       idle_pct, compute_pct, non_compute_pct   HTA temporal breakdown, % of the GPU span
       comm_time_ms     communication kernel time per step: the union of NCCL kernel intervals
                        (concurrent streams counted once) inside the rank's steps on the GPU clock
-                       (rank_step_costs.comm_in_steps_ns) divided by the number of steps
+                       (rank_step_costs.comm_in_steps_ns) divided by the number of steps; on a gloo
+                       rank without GPU activity, the time its collectives are in flight inside its
+                       steps (cpu_comm_in_steps, rank_balance's comm_ns_per_step there)
       comm_overlap_pct % of the rank's whole communication time (HTA's rule, comm_ns) overlapped
                        by compute kernels, HTA's comm/comp overlap (None when the rank has no
                        communication)

@@ -25,6 +25,15 @@
 -- Built on lib/steps.sql, gpu_activity.sql, collectives.sql and intervals.sql.
 
 
+-- gloo_spans(run): the gloo collectives' host spans (gloo:all_reduce, ...), on every rank.
+-- Columns: rank, name, start_ns, end_ns, dur_ns
+CREATE OR REPLACE MACRO gloo_spans(run) AS TABLE
+SELECT rank, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, dur_ns
+FROM events
+WHERE run_id = run AND kind IN ('user_annotation', 'cpu_op') AND starts_with(name, 'gloo:')
+  AND dur_ns IS NOT NULL AND dur_ns >= 0;
+
+
 -- collective_instances(run): every collective of the run, one row per rank and instance, with
 -- its match across ranks.
 -- Columns:
@@ -77,12 +86,10 @@ WITH step_windows AS (
     SELECT rank, 'cpu' AS source, '' AS pg,
            replace(lower(regexp_extract(name, '^gloo:(\w+)', 1)), '_', '') AS collective,
            NULL::BIGINT AS nelems, NULL::BIGINT AS bytes, NULL::INTEGER AS group_size,
-           NULL::INTEGER AS stream, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, dur_ns,
-           ts_ns AS issued_ns, NULL::DOUBLE AS bus_factor
-    FROM events
-    WHERE run_id = run AND kind IN ('user_annotation', 'cpu_op') AND name LIKE 'gloo:%'
-      AND dur_ns IS NOT NULL AND dur_ns >= 0
-      AND rank NOT IN (SELECT DISTINCT rank FROM gpu_comm)
+           NULL::INTEGER AS stream, start_ns, end_ns, dur_ns,
+           start_ns AS issued_ns, NULL::DOUBLE AS bus_factor
+    FROM gloo_spans(run)
+    WHERE rank NOT IN (SELECT DISTINCT rank FROM gpu_comm)
 ), all_comm AS (
     SELECT * FROM gpu_comm UNION ALL BY NAME SELECT * FROM cpu_comm
 ), stepped AS (
@@ -128,10 +135,10 @@ FROM grouped;
 -- span for the wait itself (work.wait(), DDP's finalize after backward): it is the thread's
 -- silence while gloo works.
 CREATE OR REPLACE MACRO cpu_comm_blocked(run, in_flight) AS TABLE
-WITH gloo_spans AS MATERIALIZED (
+WITH in_flight_spans AS MATERIALIZED (
     SELECT rank, start_ns, end_ns FROM query_table(in_flight)
 ), step_windows AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns, marker FROM steps(run) WHERE rank IN (SELECT rank FROM gloo_spans)
+    SELECT rank AS grp, start_ns, end_ns, marker FROM steps(run) WHERE rank IN (SELECT rank FROM in_flight_spans)
 ), marker_threads AS (
     -- inferred steps: the thread the marker repeats on (most occurrences; lowest tid on a tie)
     SELECT e.rank, e.pid, e.tid
@@ -143,7 +150,7 @@ WITH gloo_spans AS MATERIALIZED (
 ), training_threads AS (
     SELECT DISTINCT rank, pid, tid FROM events
     WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND is_profiler_step(name)
-      AND rank IN (SELECT rank FROM gloo_spans)
+      AND rank IN (SELECT rank FROM in_flight_spans)
     UNION
     SELECT rank, pid, tid FROM marker_threads
 ), thread_ops AS MATERIALIZED (
@@ -167,7 +174,7 @@ WITH gloo_spans AS MATERIALIZED (
     -- what runs inside a c10d op (its allocations) is that op's, i.e. communication
     SELECT grp, start_ns, end_ns FROM interval_subtract('own_ops', 'comm_ops')
 ), comm AS (
-    SELECT rank AS grp, start_ns, end_ns FROM gloo_spans UNION ALL SELECT * FROM comm_ops
+    SELECT rank AS grp, start_ns, end_ns FROM in_flight_spans UNION ALL SELECT * FROM comm_ops
 ), comm_in_steps AS MATERIALIZED (
     SELECT grp, start_ns, end_ns FROM interval_intersect('comm', 'step_windows')
 )
@@ -370,3 +377,19 @@ SELECT step, rank, wait_ns,
        (sum(wait_ns) OVER s - min(wait_ns) OVER s * count(*) OVER s) / (count(*) OVER s - 1) AS step_wait_ns
 FROM complete
 WINDOW s AS (PARTITION BY step);
+
+
+-- cpu_comm_in_steps(run): per rank without GPU activity that runs gloo collectives, the time a
+-- collective is in flight inside its steps (the union of its gloo spans and the training thread's
+-- c10d ops, as cpu_comm_blocked splits them): the ranks table's comm per step on gloo ranks, and
+-- rank_balance's comm_ns_per_step there.
+-- Columns: rank, comm_in_steps_ns
+CREATE OR REPLACE MACRO cpu_comm_in_steps(run) AS TABLE
+WITH no_gpu AS MATERIALIZED (
+    SELECT rank FROM ranks WHERE run_id = run
+    EXCEPT
+    SELECT DISTINCT rank FROM gpu_activity(run) WHERE counted
+), in_flight AS MATERIALIZED (
+    SELECT rank, start_ns, end_ns FROM gloo_spans(run) WHERE rank IN (SELECT rank FROM no_gpu)
+)
+SELECT rank, sum(dur_ns) AS comm_in_steps_ns FROM cpu_comm_blocked(run, 'in_flight') GROUP BY rank;

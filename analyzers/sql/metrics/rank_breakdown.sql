@@ -1,4 +1,4 @@
--- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/gpu_steps.sql
+-- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/gpu_steps.sql lib/rank_balance.sql
 -- Per-rank figures, with Holistic Trace Analysis' definitions so that they can be
 -- checked against HTA's own output (tests/test_hta_agreement.py).
 
@@ -121,7 +121,8 @@ LEFT JOIN h2d_in_steps h ON h.grp = r.grp;
 --   idle_pct, compute_pct, non_compute_pct   DOUBLE  HTA's temporal breakdown, % of the GPU span
 --                              (NULL when the span is 0)
 --   comm_time_ms      DOUBLE   communication kernel time per step, ms: the union of NCCL kernel
---                              intervals inside the steps / steps
+--                              intervals inside the steps / steps; on a gloo rank without GPU
+--                              activity, collectives in flight inside its steps (cpu_comm_in_steps)
 --   comm_overlap_pct  DOUBLE   % of the whole communication time overlapped by compute kernels
 --                              (HTA's comm/comp overlap); NULL without communication
 --   h2d_time_ms       DOUBLE   host-to-device copy time inside the steps per step, ms
@@ -133,14 +134,16 @@ SELECT b.rank,
        CASE WHEN b.gpu_events > 0 AND b.span_ns <> 0 THEN 100.0::DOUBLE * b.compute_ns::DOUBLE / b.span_ns::DOUBLE END AS compute_pct,
        CASE WHEN b.gpu_events > 0 AND b.span_ns <> 0 THEN 100.0::DOUBLE * b.non_compute_ns::DOUBLE / b.span_ns::DOUBLE END
            AS non_compute_pct,
-       CASE WHEN b.gpu_events > 0 THEN coalesce(c.comm_in_steps_ns, 0)::DOUBLE / b.steps_divisor::DOUBLE / 1e6 END
+       CASE WHEN b.gpu_events > 0 THEN coalesce(c.comm_in_steps_ns, 0)::DOUBLE / b.steps_divisor::DOUBLE / 1e6
+            WHEN g.rank IS NOT NULL THEN g.comm_in_steps_ns::DOUBLE / b.steps_divisor::DOUBLE / 1e6 END
            AS comm_time_ms,
        CASE WHEN b.gpu_events > 0 AND b.comm_ns <> 0 THEN 100.0::DOUBLE * b.comm_overlap_ns::DOUBLE / b.comm_ns::DOUBLE END
            AS comm_overlap_pct,
        CASE WHEN b.gpu_events > 0 THEN coalesce(c.h2d_in_steps_ns, 0)::DOUBLE / b.steps_divisor::DOUBLE / 1e6 END
            AS h2d_time_ms
 FROM rank_breakdown(run) b
-LEFT JOIN rank_step_costs(run) c ON c.rank = b.rank;
+LEFT JOIN rank_step_costs(run) c ON c.rank = b.rank
+LEFT JOIN cpu_comm_in_steps(run) g ON g.rank = b.rank;
 
 
 -- run_mean_step(run): the run's step, one row. What a finding about the whole run (no one rank)
