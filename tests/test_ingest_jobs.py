@@ -190,3 +190,24 @@ def test_a_trace_whose_first_event_is_huge_is_dated_and_joins_no_other_job(tmp_p
         assert sorted(len(r.files) for r in results) == [1, 1]
     finally:
         con.close()
+
+
+def test_an_undated_file_is_a_job_of_its_own(tmp_path):
+    """A file with no timestamp to date it (metadata events only) beside a dated trace: split by
+    job, it is a run of its own, never merged into the dated one's."""
+    write(tmp_path / "mixed" / "dated.json", trace(1_770_000_000_000_000))
+    write(tmp_path / "mixed" / "undated.json", json.dumps({"traceEvents": [
+        {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "python"}}]}))
+    con = connect(":memory:")
+    try:
+        results = ingest_jobs(con, [str(tmp_path / "mixed")])
+        assert len(results) == 2, [(r.run_id, r.errors) for r in results]
+        loaded = [r for r in results if r.run_id]
+        assert sorted(Path(f).name for r in results for f in r.files) == ["dated.json", "undated.json"]
+        assert all(len(r.files) == 1 for r in results)
+        # asked for as one run, it stays in it, and a warning names it
+        single = ingest_paths(con, [str(tmp_path / "mixed")])
+        assert single.run_id and len(single.files) == 2
+        assert [Path(w.file).name for w in single.warnings if "no timestamp" in w.error] == ["undated.json"]
+    finally:
+        con.close()

@@ -18,7 +18,7 @@ from analyzers.common.progress import Progress, teller
 from analyzers.store.database import read_only_reason
 from analyzers.store.partitions import configured_root
 from analyzers.store.runs import restore_run
-from .jobs import JobFile, clock_start_us, group_jobs, mixed_jobs_message
+from .jobs import UNDATED_IN_RUN, JobFile, clock_start_us, group_jobs, mixed_jobs_message
 from .layout import head_start_us
 from .layout import Layout, LayoutError, scan_layout
 from . import memory_files
@@ -140,6 +140,13 @@ def _plan_and_write(con, paths, name, progress, limits, tmpdir, split, events_ro
                                clock_start_us(lay.meta, s.head_start_us if s.compressed else
                                               head_start_us(s.path, s.parts, lay.events_start)))
                        for s, lay in scanned])
+    if len(jobs) > 1 and not split and sum(not job.undated for job in jobs) <= 1:
+        # one dated job and files without a timestamp in their first GiB, asked for as one run:
+        # they stay in it (a broken one fails by its own message), each said by name
+        for job in jobs:
+            if job.undated:
+                warnings.append(FileError(scanned[job.members[0]][0].display, UNDATED_IN_RUN))
+        jobs = [job for job in jobs if not job.undated][:1]
     if len(jobs) > 1 and not split:
         return [IngestResult(None, errors + [FileError(" ".join(str(p) for p in paths), mixed_jobs_message(jobs))],
                              warnings)]

@@ -43,6 +43,7 @@ class Job:
     members: list[int]           # indexes into the files given to group_jobs, in input order
     label: str                   # its folder, else its first file's name
     description: str             # label, file count, what sets it apart
+    undated: bool = False        # one file with no timestamp to place it by, beside dated ones
 
 
 def clock_start_us(meta: dict[str, Any], head_start: float | None) -> float | None:
@@ -71,13 +72,15 @@ def group_jobs(files: list[JobFile]) -> list[Job]:
         if k and start - timed[k - 1][0] > JOB_START_GAP_US:
             group += 1
         time_group[index] = group
-    # an undated file holds no timestamp in its first _HEAD_MAX_BYTES (no timed event: it fails
-    # by its own message); it is placed with the first file's time group
-    first_group = time_group.get(0, 0)
+    # an undated file holds no timestamp in its first _HEAD_MAX_BYTES: beside dated files nothing
+    # says which job it belongs to, so it is a job of its own (never merged into another)
+    undated = [i for i, f in enumerate(files) if f.start_us is None] if timed else []
     keyed: dict[tuple[int, Any], list[int]] = {}
     loose: dict[int, list[int]] = {}
     for index, f in enumerate(files):
-        when = time_group.get(index, first_group)
+        if index in undated:
+            continue
+        when = time_group.get(index, 0)
         declared = _declared(f.meta)
         if declared is None:
             loose.setdefault(when, []).append(index)
@@ -91,10 +94,10 @@ def group_jobs(files: list[JobFile]) -> list[Job]:
             holders = [key for key in declared_here if _within(_folder(files[index]), roots[key])]
             # the others of the time group stay together (per-host folders of one job declare nothing)
             keyed.setdefault(holders[0] if len(holders) == 1 else (when, None), []).append(index)
-    groups = sorted((part for members in keyed.values() for part in _split_repeated_ranks(files, sorted(members))),
-                    key=lambda members: members[0])
+    groups = sorted([part for members in keyed.values() for part in _split_repeated_ranks(files, sorted(members))]
+                    + [[i] for i in undated], key=lambda members: members[0])
     labels = _labels([[files[i] for i in members] for members in groups])
-    return [Job(members, label, _describe(label, [files[i] for i in members]))
+    return [Job(members, label, _describe(label, [files[i] for i in members]), undated=members[0] in undated)
             for members, label in zip(groups, labels)]
 
 
@@ -160,11 +163,17 @@ def _describe(label: str, members: list[JobFile]) -> str:
             pass
     elif starts:
         details.append(f"clock at {min(starts) / 1e6:,.0f} s")
+    else:
+        details.append("no timestamp to date it")
     return f"{label} ({', '.join(details)})"
 
 
 MIXED_JOBS = "these files come from {n} different jobs (traced far apart in time, or their distributedInfo disagrees)"
 _REFUSAL_END = ". Load each job on its own"
+
+
+UNDATED_IN_RUN = ("it holds no timestamp (in its first GiB) to tell which job it belongs to; loaded with the "
+                  "other files as asked, though nothing shows it is of their job (split by job, it is a run of its own)")
 
 
 def mixed_jobs_message(jobs: list[Job]) -> str:
