@@ -64,12 +64,20 @@ def test_temporal_breakdown_and_overlap_match_hta(summaries, trace, rank, idle, 
 
 
 @pytest.mark.parametrize("name,rank", [("cpu_only_rank34", 34), ("no_distributed_info_cpu_ops", 0)])
-def test_traces_without_gpu_activity_give_empty_gpu_figures(shared_traces, name, rank):
+def test_traces_without_gpu_activity_give_empty_gpu_figures_and_gloo_comm(shared_traces, name, rank):
     con = connect(":memory:")
     result = ingest_paths(con, [trace_path(shared_traces, name)], name=name)
     rows = rank_summary(con, result.run_id)
     assert [r["rank"] for r in rows] == [rank]
     row = rows[0]
     assert row["steps"] == 1 and row["step_time_ms"] > 0
-    for key in ("idle_pct", "compute_pct", "non_compute_pct", "comm_time_ms", "comm_overlap_pct", "h2d_time_ms"):
+    for key in ("idle_pct", "compute_pct", "non_compute_pct", "comm_overlap_pct", "h2d_time_ms"):
         assert row[key] is None, key
+    # comm per step on a CPU rank: its gloo collectives in flight inside the steps, as rank_balance
+    # counts them (cpu_only_rank34 all-reduces with gloo; the other trace has no collective)
+    balance = con.execute("SELECT comm_ns_per_step / 1e6 FROM rank_balance(?, 0)", [result.run_id]).fetchone()
+    if name == "cpu_only_rank34":
+        assert 0 < row["comm_time_ms"] < row["step_time_ms"]
+        assert row["comm_time_ms"] == pytest.approx(balance[0], rel=1e-9)
+    else:
+        assert row["comm_time_ms"] is None

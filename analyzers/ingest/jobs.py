@@ -8,13 +8,13 @@ rank and sit in different folders (a before/ and an after/ run). When is a file 
 baseTimeNanoseconds (the wall clock at profiler start, which newer Kineto writes beside
 timestamps of its own clock), else its first timestamps (older Kineto writes wall-clock µs), read
 from the head on until they come, however long the first events are. A file with neither (no
-timed event: it fails by its own message) is placed with the first file. A file without distributedInfo joins the one
+timed event) is a job of its own: nothing says which job it belongs to. A file without distributedInfo joins the one
 declared job of its time group whose folder holds it; the others of a time group are one job.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import PurePosixPath
 from typing import Any
@@ -74,7 +74,7 @@ def group_jobs(files: list[JobFile]) -> list[Job]:
         time_group[index] = group
     # an undated file holds no timestamp in its first _HEAD_MAX_BYTES: beside dated files nothing
     # says which job it belongs to, so it is a job of its own (never merged into another)
-    undated = [i for i, f in enumerate(files) if f.start_us is None] if timed else []
+    undated = {i for i, f in enumerate(files) if f.start_us is None} if timed else set()
     keyed: dict[tuple[int, Any], list[int]] = {}
     loose: dict[int, list[int]] = {}
     for index, f in enumerate(files):
@@ -95,8 +95,10 @@ def group_jobs(files: list[JobFile]) -> list[Job]:
             # the others of the time group stay together (per-host folders of one job declare nothing)
             keyed.setdefault(holders[0] if len(holders) == 1 else (when, None), []).append(index)
     groups = sorted([part for members in keyed.values() for part in _split_repeated_ranks(files, sorted(members))]
-                    + [[i] for i in undated], key=lambda members: members[0])
-    labels = _labels([[files[i] for i in members] for members in groups])
+                    + [[i] for i in sorted(undated)], key=lambda members: members[0])
+    # an undated file is labelled by its own name, not its folder (the dated job's label)
+    labels = _labels([[replace(files[i], where=PurePosixPath((files[i].where or files[i].display).replace("\\", "/")).name)
+                       if i in undated else files[i] for i in members] for members in groups])
     return [Job(members, label, _describe(label, [files[i] for i in members]), undated=members[0] in undated)
             for members, label in zip(groups, labels)]
 

@@ -140,9 +140,9 @@ WHERE d.world_size > l.loaded;
 --   'begins'  before the rank's first ProfilerStep the GPU ran work whose launch call is not in
 --             the trace: it was launched before profiling began, by a step already running
 --   'ends'    the rank's last ProfilerStep (of three or more) lasts under cut_max_fraction of the
---             median of its others, nothing on the host starts after it, and it lacks the host op
---             that ends most of the steps before it (when they agree on one): the trace stopped
---             inside that step
+--             median of its others, nothing on the host starts after it, and it does not end on
+--             the host op that ends most of the steps before it (when they agree on one): the
+--             trace stopped inside that step
 -- Columns: rank, edge ('begins' | 'ends'), step (the cut step; for 'begins' the first full one),
 --          start_ns, end_ns (the partial part), dur_ns, median_step_ns (the rank's other steps)
 CREATE OR REPLACE MACRO partial_steps(run, cut_max_fraction) AS TABLE
@@ -190,18 +190,20 @@ WITH st AS (
     SELECT w.rank, w.from_last, e.name, e.ts_ns + e.dur_ns AS end_ns
     FROM events e JOIN sampled w ON w.rank = e.rank AND e.ts_ns >= w.start_ns AND e.ts_ns + e.dur_ns <= w.end_ns
     WHERE e.run_id = run AND e.kind IN ('cpu_op', 'user_annotation') AND e.dur_ns IS NOT NULL
-      AND NOT is_profiler_step(e.name)
+      AND e.ts_ns >= (SELECT min(start_ns) FROM sampled) AND NOT is_profiler_step(e.name)
 ), last_ops AS (
-    SELECT rank, from_last, arg_max(name, end_ns) AS name FROM step_ops WHERE from_last > 1 GROUP BY ALL
+    -- each sampled step's last-ending host op (ties: the first name)
+    SELECT rank, from_last, first(name ORDER BY end_ns DESC, name) AS name FROM step_ops GROUP BY ALL
 ), closing AS (
     -- the host op that ends most of the steps before the last (its optimizer step, say)
-    SELECT l.rank, m.name, count(*) FILTER (WHERE l.name = m.name) AS agreeing, count(*) AS sampled
-    FROM last_ops l JOIN (SELECT rank, mode(name) AS name FROM last_ops GROUP BY rank) m ON m.rank = l.rank
-    GROUP BY l.rank, m.name
+    SELECT rank, name, count(*) AS agreeing, any_value(sampled) AS sampled
+    FROM (SELECT *, count(*) OVER (PARTITION BY rank) AS sampled FROM last_ops WHERE from_last > 1)
+    GROUP BY rank, name
+    QUALIFY row_number() OVER (PARTITION BY rank ORDER BY count(*) DESC, name) = 1
 ), whole AS (
-    -- a last step that still ran the op closing the others finished: only shorter (a schedule
-    -- stops at a step boundary; the last step of a varying loop may simply be quick)
-    SELECT DISTINCT c.rank FROM closing c JOIN step_ops o ON o.rank = c.rank AND o.from_last = 1 AND o.name = c.name
+    -- a last step that ends on the op closing the others finished: it is only shorter (a
+    -- schedule stops at a step boundary; the last step of a varying loop may simply be quick)
+    SELECT c.rank FROM closing c JOIN last_ops l ON l.rank = c.rank AND l.from_last = 1 AND l.name = c.name
     WHERE 2 * c.agreeing > c.sampled
 ), ends AS (
     SELECT * FROM short_last WHERE rank NOT IN (SELECT rank FROM whole)

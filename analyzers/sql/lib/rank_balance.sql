@@ -379,17 +379,17 @@ FROM complete
 WINDOW s AS (PARTITION BY step);
 
 
--- cpu_comm_in_steps(run): per rank without GPU activity that runs gloo collectives, the time a
+-- cpu_comm_in_steps(run, cpu_ranks): per rank of the table named cpu_ranks (column rank: the
+-- ranks without GPU activity, which the caller knows) that runs gloo collectives, the time a
 -- collective is in flight inside its steps (the union of its gloo spans and the training thread's
 -- c10d ops, as cpu_comm_blocked splits them): the ranks table's comm per step on gloo ranks, and
--- rank_balance's comm_ns_per_step there.
+-- rank_balance's comm_ns_per_step there. 0 for a rank whose collectives all lie outside its steps.
 -- Columns: rank, comm_in_steps_ns
-CREATE OR REPLACE MACRO cpu_comm_in_steps(run) AS TABLE
-WITH no_gpu AS MATERIALIZED (
-    SELECT rank FROM ranks WHERE run_id = run
-    EXCEPT
-    SELECT DISTINCT rank FROM gpu_activity(run) WHERE counted
-), in_flight AS MATERIALIZED (
-    SELECT rank, start_ns, end_ns FROM gloo_spans(run) WHERE rank IN (SELECT rank FROM no_gpu)
+CREATE OR REPLACE MACRO cpu_comm_in_steps(run, cpu_ranks) AS TABLE
+WITH in_flight AS MATERIALIZED (
+    SELECT rank, start_ns, end_ns FROM gloo_spans(run) WHERE rank IN (SELECT rank FROM query_table(cpu_ranks))
+), blocked AS (
+    SELECT rank, sum(dur_ns) AS comm_in_steps_ns FROM cpu_comm_blocked(run, 'in_flight') GROUP BY rank
 )
-SELECT rank, sum(dur_ns) AS comm_in_steps_ns FROM cpu_comm_blocked(run, 'in_flight') GROUP BY rank;
+SELECT r.rank, coalesce(b.comm_in_steps_ns, 0) AS comm_in_steps_ns
+FROM (SELECT DISTINCT rank FROM in_flight) r LEFT JOIN blocked b ON b.rank = r.rank;

@@ -113,7 +113,8 @@ LEFT JOIN h2d_in_steps h ON h.grp = r.grp;
 
 -- rank_summary(run): the report's and the Overview's ranks table, one row per rank, from
 -- rank_breakdown (HTA's whole-trace percentages) and rank_step_costs (per-step figures counting
--- only what lies inside the steps). GPU figures are NULL on a rank without counted GPU activity.
+-- only what lies inside the steps). GPU figures are NULL on a rank without counted GPU activity
+-- (comm_time_ms there is its gloo collectives' time, NULL without any).
 -- Columns:
 --   rank              INTEGER
 --   steps             BIGINT   steps (ProfilerStep#N windows, else inferred iterations; 0: none)
@@ -127,6 +128,11 @@ LEFT JOIN h2d_in_steps h ON h.grp = r.grp;
 --                              (HTA's comm/comp overlap); NULL without communication
 --   h2d_time_ms       DOUBLE   host-to-device copy time inside the steps per step, ms
 CREATE OR REPLACE MACRO rank_summary(run) AS TABLE
+WITH b AS MATERIALIZED (
+    SELECT * FROM rank_breakdown(run)
+), cpu_ranks AS (
+    SELECT rank FROM b WHERE gpu_events = 0
+)
 SELECT b.rank,
        b.n_steps AS steps,
        b.mean_step_ns::DOUBLE / 1e6 AS step_time_ms,
@@ -141,9 +147,9 @@ SELECT b.rank,
            AS comm_overlap_pct,
        CASE WHEN b.gpu_events > 0 THEN coalesce(c.h2d_in_steps_ns, 0)::DOUBLE / b.steps_divisor::DOUBLE / 1e6 END
            AS h2d_time_ms
-FROM rank_breakdown(run) b
+FROM b
 LEFT JOIN rank_step_costs(run) c ON c.rank = b.rank
-LEFT JOIN cpu_comm_in_steps(run) g ON g.rank = b.rank;
+LEFT JOIN cpu_comm_in_steps(run, 'cpu_ranks') g ON g.rank = b.rank;
 
 
 -- run_mean_step(run): the run's step, one row. What a finding about the whole run (no one rank)
