@@ -119,6 +119,9 @@ class DaskCluster:
             index = position[future.key]
             try:
                 results[index] = future.result()
+                # forgotten by the scheduler at once: a worker dying later must not recompute it
+                # (a task re-run after the map returned would still be writing its temp files)
+                future.release()
             except KilledWorker as exc:
                 if on_lost is None:
                     failure = failure or exc
