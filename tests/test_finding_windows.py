@@ -112,3 +112,22 @@ def test_a_rank_without_steps_beside_ranks_with_steps_is_explained(tmp_path):
     assert any("Rank(s) 1 have GPU work but no ProfilerStep#N ranges" in n for n in notes), notes
     assert not any("have no GPU activity" in n for n in notes), notes
     assert any("Only rank 0 of the 2 loaded ranks" in n for n in notes), notes
+
+
+def test_a_host_ahead_of_the_gpu_waiting_at_the_end_adds_no_idle_to_the_last_gpu_step(tmp_path):
+    # the host launches three 1 ms steps in 0.1 ms each, then waits in its last step until the
+    # GPU is done (a synchronize): that host step lasts ~3 ms. On the GPU clock every step is its
+    # 1 ms kernel; the last one ends where its host step does, not 3 ms after its GPU start.
+    from analyzers.ingest import ingest_paths
+    from analyzers.sql.engine import ensure_loaded
+    from analyzers.store.database import connect
+
+    t = Trace()
+    for n, host_start in enumerate((0, 100, 200), 1):
+        t.step(n, host_start, 100 if n < 3 else 3100)
+        t.gpu("void gemm", 1000 * n, 1000, launch_ts=host_start + 10)
+    con = connect(":memory:")
+    run_id = ingest_paths(con, [str(t.write(tmp_path / "rank0.json"))]).run_id
+    ensure_loaded(con)
+    rows = con.execute("SELECT step, step_ns, idle_ns FROM step_breakdown(?) ORDER BY step", [run_id]).fetchall()
+    assert rows == [(1, 1_000_000, 0), (2, 1_000_000, 0), (3, 1_000_000, 0)]     # was 3.1 ms, 2.1 idle

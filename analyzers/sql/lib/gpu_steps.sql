@@ -9,8 +9,10 @@
 
 -- gpu_steps(run): one window per rank and step on the GPU clock.
 -- A step runs on the GPU from the first GPU activity launched (same correlation id) by a call
--- inside its host step until the next step starts; the last step, with no next, lasts as long as
--- its host step or until its last activity ends, whichever is later. A step whose host window
+-- inside its host step until the next step starts; the last step, with no next, lasts until its
+-- last activity ends or its host step does, whichever is later (no next step's work could start
+-- before that; a host running ahead of the GPU and waiting for it at the end makes its last host
+-- step long, and counting that length from the GPU start would add idle the GPU never had). A step whose host window
 -- launched no GPU work starts at its host start (clock 'host'). A rank without steps (no
 -- ProfilerStep ranges and no iterations to infer) gets one pseudo-step (step NULL) from its first
 -- to its last GPU activity.
@@ -39,7 +41,7 @@ WITH host AS (
 ), windows AS (
     SELECT rank, step, start_ns,
            coalesce(lead(start_ns) OVER (PARTITION BY rank ORDER BY step),
-                    CASE WHEN clock = 'gpu' THEN greatest(last_end, start_ns + host_dur_ns) ELSE host_end_ns END) AS end_ns,
+                    CASE WHEN clock = 'gpu' THEN greatest(last_end, host_end_ns) ELSE host_end_ns END) AS end_ns,
            clock
     FROM starts
     UNION ALL
