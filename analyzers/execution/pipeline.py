@@ -33,6 +33,7 @@ from analyzers.common.progress import Progress, teller
 from analyzers.common.safe_text import SUMMARY_LIMIT, clip
 from analyzers.sql.engine import ensure_loaded, run_cache, run_ranks
 from analyzers.store import partitions
+from analyzers.store.database import transaction
 
 
 def _unique_ids(findings: list[Finding]) -> None:
@@ -48,8 +49,7 @@ def _unique_ids(findings: list[Finding]) -> None:
 def store_findings(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[Finding],
                    notes: list[str] = (), costs: RunCosts | None = None) -> None:
     """Replace the run's findings, analysis notes and run-level costs (one transaction)."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         con.execute("DELETE FROM analysis_notes WHERE run_id = ?", [run_id])
         if notes:
             con.executemany("INSERT INTO analysis_notes VALUES (?, ?, ?)", [[run_id, i, n] for i, n in enumerate(notes)])
@@ -67,13 +67,6 @@ def store_findings(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[F
         con.execute("UPDATE runs SET analysis_version = ?, analysis_summary = ?, rank_table = ? WHERE run_id = ?",
                     [analysis_version(), None if costs is None else json.dumps(costs.to_dict()),
                      None if costs is None or costs.rank_table is None else json.dumps(costs.rank_table), run_id])
-        con.execute("COMMIT")
-    except Exception:
-        try:    # DuckDB may have ended the transaction already (a failed COMMIT)
-            con.execute("ROLLBACK")
-        except duckdb.Error:
-            pass
-        raise
 
 
 def _carry_marks_to_root_causes(con: duckdb.DuckDBPyConnection, run_id: str) -> None:

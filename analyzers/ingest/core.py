@@ -15,7 +15,7 @@ import duckdb
 
 from analyzers.common.model import FileError, IngestResult
 from analyzers.common.progress import Progress, teller
-from analyzers.store.database import read_only_reason
+from analyzers.store.database import read_only_reason, transaction
 from analyzers.store.partitions import configured_root
 from analyzers.store.runs import restore_run
 from .jobs import UNDATED_IN_RUN, JobFile, clock_start_us, group_jobs, mixed_jobs_message
@@ -256,13 +256,8 @@ def _attach_memory(con: duckdb.DuckDBPyConnection, run_id: str, memory, ranks: l
     new = [m for m in memory if m.content_hash not in have and m.member not in have]
     if not new:
         return
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         memory_files.store(con, run_id, new, ranks)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def _memory_only_run(con: duckdb.DuckDBPyConnection, paths, name, memory, errors, warnings) -> IngestResult:
@@ -273,18 +268,10 @@ def _memory_only_run(con: duckdb.DuckDBPyConnection, paths, name, memory, errors
     if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
         restore_run(con, run_id, detail="its files were ingested again")
         return IngestResult(run_id, errors, warnings, reused=True, files=shown, ranks=ranks)
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         memory_files.store(con, run_id, memory, [])
         insert_run_row(con, run_id, utf8_text(name or default_name(paths)),
                        utf8_text(" ".join(redact_url(str(p)) for p in paths)), full_hash, None)
-        con.execute("COMMIT")
-    except BaseException:
-        try:
-            con.execute("ROLLBACK")
-        except duckdb.Error:
-            pass
-        raise
     return IngestResult(run_id, errors, warnings, reused=False, files=shown, ranks=ranks)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import duckdb
 
 from analyzers.store import partitions
+from analyzers.store.database import transaction
 from analyzers.common.model import FileError, IngestResult
 from analyzers.common.progress import Progress, teller
 from .run_writer import (DiskFull, ParseFailure, RankInput, duckdb_threads, ingest_result, insert_run_row,
@@ -267,8 +268,7 @@ def write_partitioned_job(con: duckdb.DuckDBPyConnection, items: list, run_name,
 def _commit(con: duckdb.DuckDBPyConnection, run_id: str, full_hash: str, name: str, source: str,
             size: int | None, located: list) -> None:
     writer = partitions.store_identity(con)
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         for item, outcome, target in located:
             row = outcome.ranks_row
             con.execute(f"INSERT INTO ranks (run_id, rank, {', '.join(_RANK_COLUMNS)}) "
@@ -278,10 +278,3 @@ def _commit(con: duckdb.DuckDBPyConnection, run_id: str, full_hash: str, name: s
                         "VALUES (?, ?, ?, ?, ?, ?)",
                         [run_id, item.rank, target, outcome.n_events, outcome.n_bytes, writer])
         insert_run_row(con, run_id, name, source, full_hash, size)
-        con.execute("COMMIT")
-    except BaseException:
-        try:
-            con.execute("ROLLBACK")
-        except duckdb.Error:
-            pass
-        raise

@@ -5,7 +5,9 @@ import os
 import re
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 
@@ -20,6 +22,23 @@ MEMORY_LIMIT_ENV_VAR = "TRACEDOCTOR_MEMORY_LIMIT"
 # (bench/README.md "Bounded memory").
 DEFAULT_MEMORY_LIMIT = "1GB"
 _MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """What the block writes is committed together or not at all. The rollback after a failure is
+    quiet: DuckDB has often ended the transaction already (a failed COMMIT on a full disk), and "no
+    transaction is active" must not hide the real error."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        raise
 
 
 def memory_limit() -> str:

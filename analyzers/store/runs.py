@@ -11,13 +11,13 @@ Every statement takes user text as parameters, never formatted into SQL.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterator
+from typing import Any
 
 import duckdb
 
 from analyzers.store import partitions
+from analyzers.store.database import transaction
 from analyzers.common.safe_text import is_utf8_text
 
 MARK_STATUSES = ("to_fix", "fixed", "wont_fix")
@@ -46,27 +46,6 @@ def _now() -> datetime:
 def _rows_as_dicts(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     columns = [d[0] for d in cursor.description]
     return [dict(zip(columns, row)) for row in cursor.fetchall()]
-
-
-@contextmanager
-def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """A change and its audit row are written together or not at all."""
-    con.execute("BEGIN TRANSACTION")
-    try:
-        yield
-        con.execute("COMMIT")
-    except BaseException:
-        _rollback_quietly(con)
-        raise
-
-
-def _rollback_quietly(con: duckdb.DuckDBPyConnection) -> None:
-    """Roll back what is left of a failed transaction: DuckDB has often ended it already (a failed
-    COMMIT on a full disk), and "no transaction is active" must not hide the real error."""
-    try:
-        con.execute("ROLLBACK")
-    except duckdb.Error:
-        pass
 
 
 def _has_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
@@ -149,20 +128,20 @@ def clean_run_name(name: str) -> str:
 
 def rename_run(con: duckdb.DuckDBPyConnection, run_id: str, name: str, actor: str | None = None) -> None:
     name = clean_run_name(name)
-    with _transaction(con):
+    with transaction(con):
         con.execute("UPDATE runs SET name = ? WHERE run_id = ?", [name, run_id])
         record_audit(con, "rename", run_id, actor, name)
 
 
 def set_tags(con: duckdb.DuckDBPyConnection, run_id: str, tags: list[str], actor: str | None = None) -> None:
     clean = sorted({t.strip() for t in tags if t and t.strip()})
-    with _transaction(con):
+    with transaction(con):
         con.execute("UPDATE runs SET tags = ? WHERE run_id = ?", [clean, run_id])
         record_audit(con, "tags", run_id, actor, ", ".join(clean))
 
 
 def set_notes(con: duckdb.DuckDBPyConnection, run_id: str, notes: str, actor: str | None = None) -> None:
-    with _transaction(con):
+    with transaction(con):
         con.execute("UPDATE runs SET notes = ? WHERE run_id = ?", [notes, run_id])
         record_audit(con, "notes", run_id, actor, notes)
 
@@ -175,7 +154,7 @@ def set_mark(con: duckdb.DuckDBPyConnection, run_id: str, finding_id: str, statu
     """
     if status is not None and status not in MARK_STATUSES:
         raise ValueError(f"unknown mark {status!r}; expected one of {', '.join(MARK_STATUSES)}")
-    with _transaction(con):
+    with transaction(con):
         if status is None:
             con.execute("DELETE FROM finding_marks WHERE run_id = ? AND finding_id = ?", [run_id, finding_id])
             record_audit(con, "unmark", run_id, actor, finding_id)
@@ -225,7 +204,7 @@ def resolve_run_id(con: duckdb.DuckDBPyConnection, prefix: str) -> str | None:
 def delete_run(con: duckdb.DuckDBPyConnection, run_id: str, actor: str | None = None) -> bool:
     """Move a run to the trash (restore_run brings it back until it is purged). Returns False when
     there is no such run outside the trash."""
-    with _transaction(con):
+    with transaction(con):
         if not run_exists(con, run_id):
             return False
         con.execute("INSERT INTO run_trash (run_id, deleted_at, deleted_by) VALUES (?, ?, ?)",
@@ -237,7 +216,7 @@ def delete_run(con: duckdb.DuckDBPyConnection, run_id: str, actor: str | None = 
 def restore_run(con: duckdb.DuckDBPyConnection, run_id: str, actor: str | None = None,
                 detail: str | None = None) -> bool:
     """Take a run out of the trash. Returns False when it was not in the trash."""
-    with _transaction(con):
+    with transaction(con):
         if not con.execute("SELECT count(*) FROM run_trash WHERE run_id = ?", [run_id]).fetchone()[0]:
             return False
         con.execute("DELETE FROM run_trash WHERE run_id = ?", [run_id])
@@ -262,7 +241,7 @@ def _remove_run_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
 def purge_run(con: duckdb.DuckDBPyConnection, run_id: str, actor: str | None = None) -> bool:
     """Delete a run and everything derived from it for good (normally one in the trash; `delete
     --purge` also takes a run outside it). Returns False when there was no such run."""
-    with _transaction(con):
+    with transaction(con):
         if not con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
             return False
         files = partitions.own_locations(con, [run_id])   # a copy of the store leaves the original's files
@@ -276,7 +255,7 @@ def purge_trash(con: duckdb.DuckDBPyConnection, older_than_days: float = TRASH_R
                 actor: str | None = None) -> int:
     """Delete for good the runs trashed more than older_than_days ago; returns how many."""
     cutoff = _now() - timedelta(days=older_than_days)
-    with _transaction(con):
+    with transaction(con):
         expired = [r[0] for r in con.execute(
             "SELECT run_id FROM run_trash WHERE deleted_at <= ? ORDER BY run_id", [cutoff]).fetchall()]
         files = partitions.own_locations(con, expired)
