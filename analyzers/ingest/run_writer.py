@@ -14,6 +14,7 @@ import duckdb
 
 from analyzers.common.model import FileError, IngestResult
 from analyzers.common.progress import Progress, teller
+from analyzers.store.database import transaction
 from analyzers.store.runs import restore_run
 from . import memory_files
 from .layout import Layout
@@ -180,52 +181,47 @@ def write_run(con: duckdb.DuckDBPyConnection, items: list[RankInput], run_id: st
     tell = teller(progress)
     warnings: list[FileError] = []
     n = len(items)
-    con.execute("BEGIN TRANSACTION")
     try:
-        # together: batches of files on one timestamp path (usually all take the same one)
-        batches = parse_batches(items) if together else [[item] for item in items]
-        parsed = 0
-        for batch in batches:
-            tell("parsing", batch[0].source.display if len(batch) == 1 else "", parsed / n,
-                 done=parsed + len(batch), total=n)
-            parse_rank_batch(con, run_id, batch, tmpdir, limits, threads, exact=batch[0].exact,
-                   blame=batch[0] if len(batch) == 1 else None)
-            parsed += len(batch)
-            tell("parsed", batch[-1].source.display if len(batch) == 1 else "", parsed / n, done=parsed, total=n)
-        counts = rank_counts(con, run_id)
-        redo = [i for i in items
-                if not i.exact and needs_exact(i.layout.body_bytes, *counts.get(i.rank, (0, 0, 0, 0))[2:])]
-        for item in redo:   # epoch-µs timestamps with decimals the sample missed: re-read from the text
-            item.exact = True
-            delete_rank(con, run_id, item.rank)
-            parse_rank_batch(con, run_id, [item], tmpdir, limits, threads, exact=True, blame=item)
-        if redo:
+        with transaction(con):
+            # together: batches of files on one timestamp path (usually all take the same one)
+            batches = parse_batches(items) if together else [[item] for item in items]
+            parsed = 0
+            for batch in batches:
+                tell("parsing", batch[0].source.display if len(batch) == 1 else "", parsed / n,
+                     done=parsed + len(batch), total=n)
+                parse_rank_batch(con, run_id, batch, tmpdir, limits, threads, exact=batch[0].exact,
+                       blame=batch[0] if len(batch) == 1 else None)
+                parsed += len(batch)
+                tell("parsed", batch[-1].source.display if len(batch) == 1 else "", parsed / n, done=parsed, total=n)
             counts = rank_counts(con, run_id)
-        if any(c[1] for c in counts.values()):
-            delete_dropped(con, run_id)
-        tell("writing", "", 0.0, done=0, total=n)
-        for index, item in enumerate(items, 1):
-            total, dropped = counts.get(item.rank, (0, 0, 0, 0))[:2]
-            kept = total - dropped
-            if kept == 0:
-                why = EMPTY_LIST if total == 0 else \
-                    f"none of its {total} events is usable (each needs 'ph' and a numeric 'ts')"
-                raise ParseFailure(item, f"no trace events to load: {why}")
-            if dropped:
-                warnings.append(FileError(item.source.display,
-                                          f"dropped {dropped} of {total} events with missing or mistyped "
-                                          "fields (each needs 'ph', a numeric 'ts', and 'dur' >= 0 when ph is 'X')"))
-            insert_rank_row(con, run_id, item, kept)
-            tell("writing", item.source.display, index / n, done=index, total=n, rank=item.rank, rows=kept)
-        if memory:
-            memory_files.store(con, run_id, list(memory), [i.rank for i in items])
-        insert_run_row(con, run_id, name, source, full_hash, world_size([i.layout.meta for i in items]))
-        con.execute("COMMIT")
+            redo = [i for i in items
+                    if not i.exact and needs_exact(i.layout.body_bytes, *counts.get(i.rank, (0, 0, 0, 0))[2:])]
+            for item in redo:   # epoch-µs timestamps with decimals the sample missed: re-read from the text
+                item.exact = True
+                delete_rank(con, run_id, item.rank)
+                parse_rank_batch(con, run_id, [item], tmpdir, limits, threads, exact=True, blame=item)
+            if redo:
+                counts = rank_counts(con, run_id)
+            if any(c[1] for c in counts.values()):
+                delete_dropped(con, run_id)
+            tell("writing", "", 0.0, done=0, total=n)
+            for index, item in enumerate(items, 1):
+                total, dropped = counts.get(item.rank, (0, 0, 0, 0))[:2]
+                kept = total - dropped
+                if kept == 0:
+                    why = EMPTY_LIST if total == 0 else \
+                        f"none of its {total} events is usable (each needs 'ph' and a numeric 'ts')"
+                    raise ParseFailure(item, f"no trace events to load: {why}")
+                if dropped:
+                    warnings.append(FileError(item.source.display,
+                                              f"dropped {dropped} of {total} events with missing or mistyped "
+                                              "fields (each needs 'ph', a numeric 'ts', and 'dur' >= 0 when ph is 'X')"))
+                insert_rank_row(con, run_id, item, kept)
+                tell("writing", item.source.display, index / n, done=index, total=n, rank=item.rank, rows=kept)
+            if memory:
+                memory_files.store(con, run_id, list(memory), [i.rank for i in items])
+            insert_run_row(con, run_id, name, source, full_hash, world_size([i.layout.meta for i in items]))
     except BaseException as exc:
-        try:
-            con.execute("ROLLBACK")
-        except duckdb.Error:
-            pass        # a failed COMMIT has ended the transaction already
         if disk_full(exc):
             raise DiskFull(disk_full_message(con, exc)) from None
         raise
