@@ -65,6 +65,20 @@ def has_gpu_activity(report: dict[str, Any] | None) -> bool:
                for r in (report or {}).get("ranks") or [])
 
 
+def whatif_of_side(report: dict[str, Any] | None, side: str, kind: str | None) -> dict[str, Any]:
+    """The traced step of one side (the profiled step, which the what-if replays) and, before the
+    fix, the what-if's predicted step after it: the prediction is checked against the after
+    trace's traced step (both under the profiler), and its speedup against the timed one."""
+    run_whatif = ((report or {}).get("run") or {}).get("whatif") or {}
+    out: dict[str, Any] = {f"traced_step_ms_{side}": run_whatif.get("measured_step_ms")}
+    if side == "before":
+        predicted = [(f.get("whatif") or {}).get("step_ms_after") for f in (report or {}).get("findings") or []
+                     if f.get("kind") == kind and not f.get("caused_by")]
+        predicted = [p for p in predicted if isinstance(p, (int, float))]
+        out["whatif_step_ms_after"] = min(predicted) if predicted else None
+    return out
+
+
 def analyze_trace(path: Path | None) -> tuple[dict[str, Any] | None, str | None]:
     """Our analyzers' report for one trace (file or directory of rank files), or (None, why)."""
     if path is None:
@@ -114,6 +128,7 @@ def run_demo(fix_id: str, out_dir: Path, device: str | None = None,
     if result.skipped is None:
         for side, trace in (("before", result.trace_before), ("after", result.trace_after)):
             report, problem = analyze_trace(trace)
+            data.update(whatif_of_side(report, side, result.finding_kind))
             cost = cost_pct_of_kind(report, result.finding_kind)
             if cost == 0.0 and not has_gpu_activity(report) and not _measured_without_gpu(result.finding_kind):
                 # Nothing found where nothing GPU-side could be measured: unknown, not zero.
@@ -154,6 +169,12 @@ def render_table(data: dict[str, Any]) -> str:
     lines = [f"{data['fix']} on {data['device']}"]
     lines += ["  ".join(cell.ljust(width[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
     lines.append(f"speedup: {_fmt(data.get('speedup'), 'x')}")
+    predicted, traced_before, traced_after = (data.get(k) for k in (
+        "whatif_step_ms_after", "traced_step_ms_before", "traced_step_ms_after"))
+    if predicted and traced_before and traced_after:
+        lines.append(f"what-if (profiled steps): {traced_before:.2f} ms before, predicted {predicted:.2f} ms after, "
+                     f"traced {traced_after:.2f} ms after ({100 * (predicted - traced_after) / traced_after:+.1f}%); "
+                     f"predicted speedup {traced_before / predicted:.2f}x")
     for name, value in (data.get("checks") or {}).items():
         lines.append(f"check {name}: {value}")
     lines += list(data.get("notes") or []) + list(data.get("analysis_notes") or [])

@@ -133,6 +133,11 @@ def benchmark_rows(session: dict[str, Any]) -> list[str]:
         speedup = result.get("speedup")
         cost = (f"{result.get('finding_kind')}: {_fmt(result.get('cost_pct_before'), 1)}% → "
                 f"{_fmt(result.get('cost_pct_after'), 1)}%")
+        details = entry.get("details") or {}
+        if details.get("whatif_step_ms_after") is not None:
+            cost += (f"; what-if: traced step {_fmt(details.get('traced_step_ms_before'))} ms, predicted after "
+                     f"{_fmt(details.get('whatif_step_ms_after'))} ms, traced after "
+                     f"{_fmt(details.get('traced_step_ms_after'))} ms")
         rows.append(f"| {fix_id} | {work.get(fix_id, '–')} | {device} | {date} | "
                     f"{_fmt(result.get('step_ms_before'), 3)} | {_fmt(result.get('step_ms_after'), 3)} | "
                     f"{_fmt(speedup)}x | {cost} | {_checks(entry)} |")

@@ -43,9 +43,9 @@ def run(out_dir: Path, device: str, steps: int) -> DemoResult:
 
 def _same_result(device: str) -> dict[str, float | bool]:
     """Eager and graphed steps from the same start: do parameters and losses agree?"""
-    model_a, opt_a, x, y = wl.build(device, capturable=True)
+    model_a, opt_a, x, y = wl.build(device, capturable=True, fused=True)
     step_a = wl.eager_step(model_a, opt_a, x, y)
-    model_b, opt_b, _, _ = wl.build(device, capturable=True)
+    model_b, opt_b, _, _ = wl.build(device, capturable=True, fused=True)
     graphed = CudaGraphStep(model_b, wl.loss_fn, opt_b, (x, y))
     losses_a, losses_b = [], []
     for i in range(CHECK_STEPS):

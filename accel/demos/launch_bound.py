@@ -11,14 +11,14 @@ import torch
 N_BLOCKS, WIDTH, BATCH = 24, 256, 16
 
 
-def build(device: str, seed: int = 0, capturable: bool = False):
+def build(device: str, seed: int = 0, capturable: bool = False, fused: bool | None = None):
     """(model, optimizer, inputs, targets), deterministic for a seed."""
     torch.manual_seed(seed)
     blocks = []
     for _ in range(N_BLOCKS):
         blocks += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.GELU(), torch.nn.LayerNorm(WIDTH)]
     model = torch.nn.Sequential(*blocks, torch.nn.Linear(WIDTH, 1)).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=capturable)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=capturable, fused=fused)
     inputs = torch.randn(BATCH, WIDTH, device=device)
     targets = torch.randn(BATCH, 1, device=device)
     return model, optimizer, inputs, targets

@@ -1,7 +1,9 @@
 """Demo: bias + GELU + dropout, forward and backward, eager chain vs the fused Triton kernel.
 
-The step is the chain alone on a (8192, 4096) bfloat16 activation, the size of an MLP
-activation in a mid-sized transformer: memory-bound, so the win is bytes moved and launches.
+The step is the chain alone on a (32768, 8192) bfloat16 activation: 8 sequences of 4096 tokens
+through an 8192-wide MLP. Memory-bound, so the win is bytes moved. Smaller steps measure Python:
+at (8192, 4096) the fused step's host side (two Triton launches at ~0.1 ms each, autograd, the
+bias-gradient sum) took 0.75 ms on the H100 machine against 0.38 ms of eager GPU time.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from accel.profiling import median_ms, profile_steps, time_steps
 
 DEFAULT_STEPS = 50
 PROFILED_STEPS = 10
-ROWS, COLS, P = 8192, 4096, 0.1
+ROWS, COLS, P = 32768, 8192, 0.1
 
 
 def run(out_dir: Path, device: str, steps: int) -> DemoResult:
@@ -26,6 +28,7 @@ def run(out_dir: Path, device: str, steps: int) -> DemoResult:
         return skip("triton_fused_elementwise", device,
                     f"the fused kernel needs CUDA and Triton: {reason or '--device cpu chosen'}",
                     "launch_gap")
+    tile = triton_fused.use_fastest_tile(rows=ROWS, cols=COLS, p=P)
     torch.manual_seed(0)
     x = torch.randn(ROWS, COLS, device=device, dtype=torch.bfloat16, requires_grad=True)
     bias = torch.randn(COLS, device=device, dtype=torch.bfloat16, requires_grad=True)
@@ -47,9 +50,15 @@ def run(out_dir: Path, device: str, steps: int) -> DemoResult:
     return DemoResult(fix="triton_fused_elementwise", device=device, finding_kind="launch_gap",
                       step_ms_before=before_ms, step_ms_after=after_ms,
                       trace_before=out_dir / "before.json.gz", trace_after=out_dir / "after.json.gz",
-                      checks={"max_abs_diff_float64": _max_diff_float64(device)},
+                      checks={"max_abs_diff_float64": _max_diff_float64(device),
+                              "chain_ms_eager": tile["eager_ms"], "chain_ms_fused": tile["ms"],
+                              "chain_speedup": tile["speedup"], "forward_ms_fused": tile["forward_ms"],
+                              **{f"tile_{k}": v for k, v in tile["config"].items()}},
                       notes=[f"{torch.cuda.get_device_name()}: ({ROWS}, {COLS}) bf16, p={P}, "
-                             "forward + backward"])
+                             "forward + backward",
+                             f"the chain's GPU time (CUDA-graph replays, medians): eager {tile['eager_ms']:.3f} ms, fused "
+                             f"{tile['ms']:.3f} ms ({tile['speedup']:.2f}x), the fastest of {tile['tried']} tiles: "
+                             + ", ".join(f"{k}={v}" for k, v in tile["config"].items())])
 
 
 def _max_diff_float64(device: str) -> float:

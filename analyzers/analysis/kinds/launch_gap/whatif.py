@@ -1,7 +1,8 @@
-"""Fix model: CUDA graphs. The launches of each stretch between blocking points (syncs, loader waits,
-blocking copies, step boundaries) are captured once and replayed: the Python and launch calls
-between them disappear, each kernel costs the host CUDA_GRAPH_HOST_NS_PER_KERNEL, and the GPU runs
-them CUDA_GRAPH_NODE_GAP_NS apart."""
+"""Fix model: CUDA graphs. The step is cut at its blocking points (syncs, loader waits, copies,
+collectives, slow runtime calls, step boundaries); each stretch between two of them that launches
+GPU work is captured once and replayed: its Python (the CPU time before, between and after its
+launches, and the runtime calls among them) runs at capture, not per step; each replayed kernel
+costs the host CUDA_GRAPH_HOST_NS_PER_KERNEL, and the GPU runs them CUDA_GRAPH_NODE_GAP_NS apart."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,26 +11,37 @@ from analyzers.analysis.whatif.graph import CALL, LAUNCH
 from analyzers.analysis.whatif.models import FixModel, Touched, apply_per_rank
 
 
+def captured_nodes(g) -> np.ndarray:
+    """Host nodes inside a stretch that launches GPU work: launches and plain runtime calls between
+    two blocking points (a blocking point itself, and every other kind of node, is a boundary)."""
+    inside = ((g.h_type == LAUNCH) | (g.h_type == CALL)) & ~g.h_blocking & ~g.h_stall
+    stretch = np.cumsum(~inside)                       # a new id after every boundary
+    launches = np.bincount(stretch, weights=(g.h_type == LAUNCH) & inside, minlength=stretch.max() + 1)
+    return inside & (launches[stretch] > 0)
+
+
 def _transform(run, finding, t):
     per_kernel = int(t["CUDA_GRAPH_HOST_NS_PER_KERNEL"])
     node_gap = int(t["CUDA_GRAPH_NODE_GAP_NS"])
 
     def change(g):
-        launch = g.h_type == LAUNCH
-        if not launch.any():
+        captured = captured_nodes(g)
+        if not captured.any():
             return None
-        # CPU time before a launch whose previous host node is also a launch or a plain call: inside
-        # a captured stretch (the first launch after a blocking point keeps its CPU time)
-        prev_type = np.concatenate([[-1], g.h_type[:-1]])
-        captured_gap = launch & ((prev_type == LAUNCH) | (prev_type == CALL)) & ~g.h_blocking
-        h_gap = np.where(captured_gap, np.minimum(g.h_gap, 0), g.h_gap)
-        h_dur = np.where(launch & ~g.h_blocking, np.minimum(g.h_dur, per_kernel), g.h_dur)
+        launch = captured & (g.h_type == LAUNCH)
+        # the CPU time before a captured node is the stretch's Python; so is the time after its last
+        # node up to the boundary that ends it (the boundary keeps its own time)
+        after_stretch = np.concatenate([[False], captured[:-1] & ~captured[1:]])
+        lead = captured | after_stretch
+        h_gap = np.where(lead, np.minimum(g.h_gap, 0), g.h_gap)
+        h_dur = np.where(launch, np.minimum(g.h_dur, per_kernel), np.where(captured, 0, g.h_dur))
         return (g.replace(h_gap=h_gap, h_dur=h_dur, queue_gap_ns=min(g.queue_gap_ns, node_gap)),
-                Touched(host=launch, gpu=np.zeros(len(g.g_stream), dtype=bool), host_lead=captured_gap))
+                Touched(host=captured, gpu=np.zeros(len(g.g_stream), dtype=bool), host_lead=lead))
 
     return apply_per_rank(run, finding, change, [
-        "the step's launches between syncs, loader waits and blocking copies are captured in CUDA graphs "
-        "(static shapes, no host sync inside)",
+        "the step's GPU work between syncs, loader waits, copies and collectives is captured in CUDA graphs "
+        "(static shapes, no host sync inside): the Python of each captured stretch runs once, at capture "
+        "(CPU work there that launches nothing, such as logging, is taken as capturable too)",
         f"a replayed kernel costs the host CUDA_GRAPH_HOST_NS_PER_KERNEL={per_kernel} ns and starts "
         f"CUDA_GRAPH_NODE_GAP_NS={node_gap} ns after the one before"])
 
