@@ -67,7 +67,7 @@ def test_dataloader_model_saves_most_of_the_wait(reports):
     # the wait is on the critical path of a CPU loop: the fix saves most of it, never more than the step
     assert w["on_critical_path_ms"] == pytest.approx(finding["cost_ms_per_step"], rel=0.05)
     assert 0.5 * finding["cost_ms_per_step"] < w["saving_ms"] <= finding["cost_ms_per_step"]
-    assert any("DATALOADER_FIX_WORKERS" in a for a in w["assumptions"])
+    assert any("DATALOADER_FIX_MAX_WORKERS" in a for a in w["assumptions"])
 
 
 def test_fp32_model_shortens_the_gpu_step(reports):

@@ -269,9 +269,13 @@ ASYNC_CALL_NS = 5_000
 # (NVIDIA, "How to Optimize Data Transfers in CUDA C/C++": 5.4 vs 12.7 GB/s, ~2.3x; bandwidthTest).
 PINNED_OVER_PAGEABLE_SPEEDUP = 2.0
 # DataLoader workers the fix sets when the trace's loader runs in the main process (0 workers):
-# accel.data's dataloader_tuning demo and PyTorch's performance tuning guide suggest num_workers
-# >= 2-4; the model assumes 4 and that the workers do not slow the training loop.
+# accel.data's tuned_dataloader sizes them as ceil(wait / other step time) + 1, so the loop stops
+# waiting; the model does the same, at least this many (PyTorch's performance tuning guide
+# suggests num_workers >= 2-4) and assumes the workers do not slow the training loop ...
 DATALOADER_FIX_WORKERS = 4
+# ... and at most this many: the CPUs a GPU gets on common cloud machines (AWS p4d 96 vCPUs for
+# 8 GPUs, GCP a2 12 per GPU); tuned_dataloader caps at the CPUs of the machine it runs on.
+DATALOADER_FIX_MAX_WORKERS = 12
 # A loader that already has workers gets this many times more.
 DATALOADER_WORKER_SCALE = 2.0
 # The main process's own cost per batch with workers (receiving the batch from the worker

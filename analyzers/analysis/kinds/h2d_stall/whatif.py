@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.analysis.whatif.graph import COPY
+from analyzers.analysis.whatif.graph import COPY, SYNC
 from analyzers.analysis.whatif.models import FixModel, Touched, apply_per_rank
 
 
@@ -22,11 +22,15 @@ def _transform(run, finding, t):
         step_ns = float(np.mean(g.step_measured_ns)) if len(g.step_measured_ns) else 0.0
         pinned_ns = np.where(g.g_pageable, g.g_dur / speedup, g.g_dur)
         g_dur = np.where(htod_op, np.maximum(pinned_ns - step_ns, 0).astype(np.int64), g.g_dur)
-        blocking = g.h_blocking & ~htod_call
-        h_dur = np.where(htod_call, np.minimum(g.h_dur, call_ns), g.h_dur)
+        # a pageable .to() is a copy call and then a stream sync (the next host node); prefetched
+        # with non_blocking=True neither waits
+        copy_sync = (g.h_type == SYNC) & np.concatenate([[False], htod_call[:-1]])
+        unblocked = htod_call | copy_sync
+        blocking = g.h_blocking & ~unblocked
+        h_dur = np.where(unblocked, np.minimum(g.h_dur, call_ns), g.h_dur)
         g_early = np.where(htod_op, -1, g.g_early)      # issued asynchronously: timed from its call's end
         return (g.replace(h_blocking=blocking, h_dur=h_dur, g_dur=g_dur, g_early=g_early),
-                Touched(host=htod_call, gpu=htod_op))
+                Touched(host=unblocked, gpu=htod_op))
 
     return apply_per_rank(run, finding, change, [
         "host-to-device copies are prefetched one batch ahead on a side stream from pinned memory "
