@@ -18,7 +18,7 @@ import numpy as np
 
 from analyzers.common import thresholds as th
 from analyzers.common.contract import computed_contract
-from analyzers.analysis.whatif.critical_path import CATEGORIES, critical_path
+from analyzers.analysis.whatif.critical_path import CATEGORIES, critical_path, path_segments
 from analyzers.analysis.whatif.graph import RunGraph, build_run_graph
 from analyzers.analysis.whatif.models import FixEffect, FixModel
 from analyzers.analysis.whatif.replay import RunReplay, replay_run
@@ -34,12 +34,16 @@ def fix_model(kind: str) -> FixModel | None:
     return model if isinstance(model, FixModel) else None
 
 
+MAX_PATH_SEGMENTS = 200_000     # host/GPU stretches of the critical path kept for the Timeline
+
+
 @dataclass
 class WhatIf:
     run: dict[str, Any]                             # run.whatif of the CLI contract
     findings: dict[str, dict[str, Any] | None]      # finding id -> its whatif (None: no prediction)
     steps: list[dict[str, Any]] = field(default_factory=list)   # per rank and step: measured, replayed
     path_ms: dict[str, float] = field(default_factory=dict)     # critical path by category, ms per step
+    path: dict[str, list] = field(default_factory=dict)         # where the path runs (path_segments, per rank)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -90,6 +94,7 @@ def analyse_whatif(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[M
                      "are rougher.")
     paths = {g.rank: critical_path(g, r) for g, r in zip(graph.ranks, base.ranks)}
     _add_path_per_step(steps, graph, base, paths)
+    path = _path_in_trace(graph, paths, notes)
     n_steps = _n_steps(graph)
     path_ms = _path_by_category(paths, n_steps, len(graph.ranks))
 
@@ -145,7 +150,7 @@ def analyse_whatif(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[M
            "all_fixes_step_ms": round(all_fixes / 1e6, 3), "order": order,
            "replay_error_pct": round(100 * (replayed - measured) / measured, 2) if measured else None,
            "critical_path_ms": path_ms}
-    return WhatIf(run=run, findings=out, steps=steps, path_ms=path_ms, notes=notes,
+    return WhatIf(run=run, findings=out, steps=steps, path_ms=path_ms, path=path, notes=notes,
                   seconds=time.perf_counter() - started)
 
 
@@ -177,6 +182,22 @@ def _add_path_per_step(rows: list[dict[str, Any]], graph: RunGraph, replay: RunR
                 row["path_host_nodes"] = int((inside & ~path.is_gpu).sum())
 
 
+def _path_in_trace(graph: RunGraph, paths, notes: list[str]) -> dict[str, list]:
+    """Every rank's path_segments, with a rank column; none past MAX_PATH_SEGMENTS (the document
+    stays small enough to read on every page load), which a note says."""
+    out: dict[str, list] = {"rank": [], "on_gpu": [], "start_ns": [], "end_ns": [], "elements": []}
+    for g in graph.ranks:
+        segments = path_segments(g, paths[g.rank])
+        out["rank"].extend([g.rank] * len(segments["start_ns"]))
+        for key, values in segments.items():
+            out[key].extend(values)
+    if len(out["rank"]) > MAX_PATH_SEGMENTS:
+        notes.append(f"The critical path switches between host and GPU {len(out['rank']):,} times: too many to "
+                     f"keep for the Timeline (at most {MAX_PATH_SEGMENTS:,}); it shows none.")
+        return {key: [] for key in out}
+    return out
+
+
 def _path_by_category(paths, n_steps: int, n_ranks: int) -> dict[str, float]:
     totals = dict.fromkeys(CATEGORIES, 0)
     for p in paths.values():
@@ -191,7 +212,7 @@ def store_whatif(con: duckdb.DuckDBPyConnection, run_id: str, result: WhatIf) ->
     import json
 
     document = {"run": result.run, "findings": result.findings, "steps": result.steps, "notes": result.notes,
-                "seconds": round(result.seconds, 3)}
+                "path": result.path, "seconds": round(result.seconds, 3)}
     con.execute("DELETE FROM whatif WHERE run_id = ?", [run_id])
     con.execute("INSERT INTO whatif VALUES (?, ?)", [run_id, json.dumps(document)])
 

@@ -131,3 +131,27 @@ def _sum_by(code: np.ndarray, values: np.ndarray) -> np.ndarray:
     totals = np.zeros(len(CATEGORIES), dtype=np.int64)
     np.add.at(totals, code, values)
     return totals
+
+
+def path_segments(g: RankGraph, path: CriticalPath) -> dict[str, list]:
+    """Where the path runs in the trace's own time, for a timeline: each stretch of consecutive path
+    elements on the host (its chain of calls and the CPU time between them) or on the GPU (ops, with
+    the launch latency or queueing before them), end to end: a stretch runs from the end of the one
+    before it (the first from its first element's start) to its last element's measured end (never
+    before an earlier element's: a sync's measured end can precede the kernel it waited for by the
+    replay's error). Columns (lists): on_gpu, start_ns, end_ns, elements (path elements in it)."""
+    if not len(path.index):
+        return {"on_gpu": [], "start_ns": [], "end_ns": [], "elements": []}
+    on_gpu = path.is_gpu
+    gi, hi = path.index[on_gpu], path.index[~on_gpu]
+    end = np.empty(len(path.index), dtype=np.int64)
+    end[on_gpu] = g.g_start[gi] + g.g_dur[gi]
+    end[~on_gpu] = g.h_start[hi] + g.h_dur[hi]
+    end = np.maximum.accumulate(end)
+    first = np.flatnonzero(np.concatenate([[True], on_gpu[1:] != on_gpu[:-1]]))
+    last = np.append(first[1:], len(on_gpu)) - 1
+    seg_end = end[last]
+    first_start = int(g.g_start[path.index[0]] if on_gpu[0] else g.h_start[path.index[0]])
+    seg_start = np.concatenate([[min(first_start, int(seg_end[0]))], seg_end[:-1]])
+    return {"on_gpu": on_gpu[first].tolist(), "start_ns": (seg_start + g.t0).tolist(),
+            "end_ns": (seg_end + g.t0).tolist(), "elements": (last - first + 1).tolist()}
