@@ -105,6 +105,8 @@ SNIPPET_PLACEHOLDERS: dict[str, str] = {
     "local_rank": "this process's GPU index on its node (torchrun's LOCAL_RANK)",
     "ddp_model": "your model wrapped in DistributedDataParallel",
     "micro_batches": "the micro-batches one optimizer step accumulates over",
+    "texts": "your raw samples (the sentences, images or records the loop preprocessed itself)",
+    "tokenize_batch": "your module-level function turning a list of raw samples into a batch (it must pickle)",
     "metrics": "this finding's measured metrics (filled in on the dashboard and in reports; "
                "from the CLI JSON: the finding's \"metrics\")",
 }
