@@ -50,10 +50,10 @@ WITH act AS (
     LEFT JOIN interval_union_total('comm_act') m ON m.grp = span.grp
     LEFT JOIN interval_union_total('compute_or_comm') cm ON cm.grp = span.grp
 ), h2d AS (
-    -- copies(run)'s direction, without its launch join
+    -- copies(run)'s host_to_device, without its launch join
     SELECT rank AS grp, sum(dur_ns) AS h2d_ns
     FROM gpu_activity(run)
-    WHERE counted AND kind = 'memcpy' AND copy_direction(name, args) = 'HtoD'
+    WHERE counted AND is_h2d_copy(kind, name, args)
     GROUP BY rank
 ), step_stats AS (
     SELECT rank AS grp, count(*) AS n_steps, avg(dur_ns) AS mean_step_ns FROM steps(run) GROUP BY rank
@@ -92,7 +92,7 @@ WHERE r.run_id = run;
 --                     h2d_summary's copy_in_steps_ns reads it)
 CREATE OR REPLACE MACRO rank_step_costs(run) AS TABLE
 WITH act AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns, category, kind = 'memcpy' AND copy_direction(name, args) = 'HtoD' AS h2d
+    SELECT rank AS grp, start_ns, end_ns, category, is_h2d_copy(kind, name, args) AS h2d
     FROM gpu_activity(run) WHERE counted
 ), windows AS MATERIALIZED (
     SELECT rank AS grp, start_ns, end_ns FROM gpu_steps(run)
