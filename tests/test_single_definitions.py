@@ -89,3 +89,67 @@ def test_the_sql_rules_classify_as_documented():
                      "FROM (VALUES (1000, 2.0, 100), (NULL, 2.0, 300), (500, NULL, 50)) v(b, f, t)").fetchone()
     # the unsized instance's 300 ns are in neither denominator; busbw leaves out the one without a bus factor
     assert bw == (pytest.approx(1500 / 150), pytest.approx(2000 / 100))
+
+
+@pytest.fixture(scope="module")
+def analysed_samples(tmp_path_factory):
+    """A store with the sample runs that have findings of several kinds, ranks and steps, analysed."""
+    import json
+
+    from analyzers.execution.pipeline import analyze_run
+    from analyzers.ingest import ingest_paths
+    from analyzers.store.database import connect
+
+    manifest = ROOT / "sample_traces" / "manifest.json"
+    wanted = {"synthetic_all", "cpu_balanced_sampler_before", "gpu_dataloader_tuning_before"}
+    con = connect(tmp_path_factory.mktemp("single") / "store.duckdb")
+    runs = []
+    for entry in json.loads(manifest.read_text()):
+        if set(entry["paths"]) & wanted:
+            result = ingest_paths(con, [str(manifest.parent / p) for p in entry["paths"]], name=entry["name"])
+            assert result.run_id, result.errors
+            analyze_run(con, result.run_id)
+            runs.append(result.run_id)
+    yield con, runs
+    con.close()
+
+
+def test_the_kind_costs_add_up_to_the_runs_root_cause_total(analysed_samples):
+    """root_causes.run_costs sums the findings before they are stored; run_kind_costs reads them
+    stored: the two must be the same total."""
+    from analyzers.read import queries
+
+    con, runs = analysed_samples
+    checked = 0
+    for run_id in runs:
+        kinds = queries.run_kind_costs(con, run_id)
+        total_ms = sum(row["cost_ns"] for row in kinds.values()) / 1e6
+        assert total_ms == pytest.approx(queries.run_costs(con, run_id)["root_cause_ms"], abs=1e-6)
+        checked += bool(kinds)
+    assert checked >= 2
+
+
+def test_gpu_communication_in_steps_is_one_figure(analysed_samples):
+    """rank_balance's comm per step (rank_imbalance, comm_exposed) and the ranks table's comm
+    per step are rank_step_costs' one figure."""
+    con, runs = analysed_samples
+    with_comm = 0
+    for run_id in runs:
+        rows = con.execute("""
+            SELECT b.comm_ns_per_step * b.steps_divisor, c.comm_in_steps_ns, s.comm_time_ms * 1e6 * b.steps_divisor
+            FROM rank_balance(?, 0) b JOIN rank_step_costs(?) c USING (rank) JOIN rank_summary(?) s USING (rank)
+            WHERE b.has_gpu""", [run_id, run_id, run_id]).fetchall()
+        for balance_ns, costs_ns, summary_ns in rows:
+            assert balance_ns == pytest.approx(costs_ns) and summary_ns == pytest.approx(costs_ns)
+            with_comm += costs_ns > 0
+    assert with_comm >= 1
+
+
+def test_the_run_step_is_the_mean_over_ranks_of_each_ranks_mean(analysed_samples):
+    con, runs = analysed_samples
+    for run_id in runs:
+        per_rank = con.execute("SELECT step_ns FROM rank_step_breakdown(?)", [run_id]).fetchall()
+        run_step, ranks = con.execute("SELECT step_ns, ranks FROM run_step_breakdown(?)", [run_id]).fetchone()
+        assert ranks == len(per_rank)
+        if per_rank:
+            assert run_step == pytest.approx(sum(r[0] for r in per_rank) / len(per_rank))
