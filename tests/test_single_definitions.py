@@ -26,11 +26,15 @@ DEFINITIONS = {
     "run_kind_costs": ("analyzers/sql/metrics/kind_costs.sql",
                        [r"sum\((?:\w+\.)?cost_ns\)\s*FILTER", r"per_rank\[[^\]]*\]\s*=\s*per_rank\.get"]),
     "run_step_breakdown": ("analyzers/sql/metrics/step_breakdown.sql", [r"avg\(step_ns\)"]),
+    "interval_depth": ("analyzers/sql/lib/intervals.sql", [r"sum\(\s*(?:delta|step)\s*\)\s*OVER"]),
 }
-# Re-derivations outside the SQL library that are known and not yet moved onto the definition:
-# the what-if model compares copy_direction's value in Python (analysis/whatif reads graph.sql's
-# copy_dir column; a host_to_device column there would end it).
-KNOWN = {("is_h2d_copy", "analyzers/analysis/kinds/h2d_stall/whatif.py")}
+# Re-derivations that are known and not yet moved onto the definition: the what-if model compares
+# copy_direction's value in Python (analysis/whatif reads graph.sql's copy_dir column; a
+# host_to_device column there would end it); the op tree and the memory events' ops sweep their
+# nesting together with points (launch calls, allocations) and let a zero-length op enclose nothing.
+KNOWN = {("is_h2d_copy", "analyzers/analysis/kinds/h2d_stall/whatif.py"),
+         ("interval_depth", "analyzers/sql/metrics/operators.sql"),
+         ("interval_depth", "analyzers/sql/lib/memory.sql")}
 
 
 def _code(path: Path) -> str:

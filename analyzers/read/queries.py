@@ -171,25 +171,13 @@ def timeline_window(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, t1_
           AND ts_ns < $t1 AND ts_ns + dur_ns > $t0
           AND ($ranks IS NULL OR list_contains($ranks, rank))
     ),
-    -- nesting: walk each lane's starts and ends in time order (ends before starts at the same
-    -- instant, the longer of two events starting together first); the events open when one
-    -- starts enclose it. A zero-length event closes right after it opens.
-    edges AS (
-        SELECT event_no, rank, is_gpu, lane_pid, lane_tid, ts_ns AS t, 1 AS step, 1 AS tie, end_ns - ts_ns AS len
-        FROM win
-        UNION ALL
-        SELECT event_no, rank, is_gpu, lane_pid, lane_tid, end_ns, -1, CASE WHEN end_ns = ts_ns THEN 2 ELSE 0 END, 0
-        FROM win
-    ),
-    open_count AS (
-        SELECT event_no, step,
-               sum(step) OVER (PARTITION BY rank, is_gpu, lane_pid, lane_tid
-                               ORDER BY t, tie, len DESC, event_no ROWS UNBOUNDED PRECEDING) - 1 AS depth
-        FROM edges
+    -- nesting within each lane: lib/intervals.sql interval_depth
+    lane_events AS (
+        SELECT (rank, is_gpu, lane_pid, lane_tid) AS grp, event_no AS id, ts_ns AS start_ns, end_ns FROM win
     ),
     nested AS (
-        SELECT w.*, least(greatest(o.depth, 0), $max_depth)::INTEGER AS depth
-        FROM win w JOIN open_count o ON o.event_no = w.event_no AND o.step = 1
+        SELECT w.*, least(greatest(d.depth, 0), $max_depth)::INTEGER AS depth
+        FROM win w JOIN interval_depth('lane_events') d ON d.id = w.event_no
     ),
     long_events AS (
         SELECT rank, is_gpu, lane_pid, lane_tid, depth, kind, name, ts_ns AS start_ns, end_ns, 1 AS n_events, stream
