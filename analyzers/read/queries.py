@@ -438,8 +438,9 @@ def run_kind_costs(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dic
     """What each finding kind costs the run (metrics/kind_costs.sql run_kind_costs), by kind: findings,
     cost_ns (root causes' ns per step), worst_pct, worst_rank_pct (the worst rank's summed cost_pct),
     cost_bytes."""
-    frame = _frame(con, "SELECT * FROM run_kind_costs($run_id) ORDER BY kind", {"run_id": run_id})
-    return {row.pop("kind"): row for row in frame.astype(object).where(frame.notna(), None).to_dict("records")}
+    cur = ensure_loaded(con).execute("SELECT * FROM run_kind_costs($run_id) ORDER BY kind", {"run_id": run_id})
+    columns = [d[0] for d in cur.description]
+    return {row[0]: dict(zip(columns[1:], row[1:])) for row in cur.fetchall()}
 
 
 def finding_counts(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
