@@ -157,3 +157,21 @@ def test_the_run_step_is_the_mean_over_ranks_of_each_ranks_mean(analysed_samples
         assert ranks == len(per_rank)
         if per_rank:
             assert run_step == pytest.approx(sum(r[0] for r in per_rank) / len(per_rank))
+
+
+def test_the_idle_gaps_add_up_to_the_ranks_idle_time(analysed_samples):
+    """gpu_idle_gaps (the gaps the findings divide among causes) and rank_breakdown's idle_ns (the
+    ranks table's idle %) are one idle time: the holes in the union of a one-GPU rank's activity."""
+    con, runs = analysed_samples
+    checked = 0
+    for run_id in runs:
+        rows = con.execute("""
+            WITH g AS (SELECT rank, sum(dur_ns) AS gaps_ns, count(DISTINCT device) AS devices
+                       FROM gpu_idle_gaps(?, 0.5, 1000000) GROUP BY rank)
+            SELECT b.idle_ns, coalesce(g.gaps_ns, 0), coalesce(g.devices, 1)
+            FROM rank_breakdown(?) b LEFT JOIN g USING (rank) WHERE b.gpu_events > 0""", [run_id, run_id]).fetchall()
+        for idle_ns, gaps_ns, devices in rows:
+            if devices == 1:
+                assert idle_ns == gaps_ns
+                checked += idle_ns > 0
+    assert checked >= 2
