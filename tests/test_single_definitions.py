@@ -175,3 +175,20 @@ def test_the_idle_gaps_add_up_to_the_ranks_idle_time(analysed_samples):
                 assert idle_ns == gaps_ns
                 checked += idle_ns > 0
     assert checked >= 2
+
+
+def test_exposed_communication_is_one_figure_per_rank_and_per_step(analysed_samples):
+    """rank_balance's exposed comm (rank_gpu_work: comm kernels no compute kernel overlaps, inside
+    the steps) is what the step breakdown's comm_exposed parts add up to, and so is comm time."""
+    con, runs = analysed_samples
+    checked = 0
+    for run_id in runs:
+        rows = con.execute("""
+            WITH s AS (SELECT rank, sum(comm_exposed_ns) AS exposed_ns, sum(comm_ns) AS comm_ns
+                       FROM step_breakdown(?) GROUP BY rank)
+            SELECT w.exposed_ns, s.exposed_ns, w.comm_ns, s.comm_ns
+            FROM rank_gpu_work(?, 0) w JOIN s USING (rank)""", [run_id, run_id]).fetchall()
+        for work_exposed, step_exposed, work_comm, step_comm in rows:
+            assert (work_exposed or 0) == step_exposed and (work_comm or 0) == step_comm
+            checked += step_exposed > 0
+    assert checked >= 2
