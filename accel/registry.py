@@ -705,6 +705,32 @@ _FIX_LIST = [
         reads=("num_workers", "wait_ms_per_step", "step_time_ms"),
     ),
     Fix(
+        id="preprocess_in_workers",
+        workloads=("training", "inference"),
+        title="Move per-batch Python (tokenising, augmenting) into DataLoader workers, or cache it",
+        addresses=["untraced_host_time"],
+        needs=[],
+        snippet=(
+            "from accel.data.preprocess import preprocessing_loader, cached_batches\n"
+            "# the loop did tokens = tokenize_batch(texts[i:i + 64]) itself: let workers do it\n"
+            "loader = preprocessing_loader(texts, tokenize_batch, batch_size=64, num_workers=2)\n"
+            "for tokens in loader:\n"
+            "    train_step(tokens)\n"
+            "# the same texts every epoch? tokenise once: batches = cached_batches(texts, tokenize_batch, 64)\n"
+        ),
+        description=(
+            "Python the training loop runs between ops (a tokenizer, an augmentation, feature "
+            "building) runs serially with the step: the trace shows it as host time outside every "
+            "profiled op. DataLoader workers run it in parallel with compute, as the collate_fn; data "
+            "that repeats each epoch can be preprocessed once. Cannot help when the untraced time is "
+            "something else: sleeps, blocking I/O, logging or metrics the loop must do itself (the "
+            "finding's Python frames, with with_stack=True, say which)."
+        ),
+        module="accel.data.preprocess",
+        demo_module="accel.demos.preprocess_in_workers",
+        fit={"untraced_host_time": 0.8},
+    ),
+    Fix(
         id="allocator_tuning",
         title="Keep the CUDA caching allocator warm (no empty_cache in the loop, expandable segments)",
         addresses=["runtime_stall", "allocator_churn", "allocator_fragmentation"],

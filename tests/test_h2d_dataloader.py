@@ -85,7 +85,8 @@ def test_cpu_only_rank_costs_the_loader_wait_itself():
     from analysis_support import hand_written_store
     from test_launch_gap import LOADER, ev
     rows = [ev("user_annotation", "ProfilerStep#1", 0, 10000), ev("user_annotation", "ProfilerStep#2", 10000, 20000),
-            ev("cpu_op", LOADER, 100, 3100), ev("cpu_op", LOADER, 10100, 13100)]
+            ev("cpu_op", LOADER, 100, 3100), ev("cpu_op", LOADER, 10100, 13100),
+            ev("cpu_op", "aten::mm", 3100, 9950), ev("cpu_op", "aten::mm", 13100, 19950)]   # the step's compute
     con = hand_written_store(rows, name="cpu", file_name="cpu.json")
     findings, notes = run_analyses(con, "syn")
     assert [f.kind for f in findings] == ["dataloader_stall"]

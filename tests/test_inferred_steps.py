@@ -248,9 +248,10 @@ def _gloo_rank(rank: int, world_size: int, port: int, out_dir: str, slow_rank: i
             grad = torch.tanh(grad @ weight)
         # every rank also waits as for a device or storage: the job is not all CPU, so other
         # processes on a busy machine do not make one rank late by chance (the control stays balanced)
-        time.sleep(DEVICE_WAIT_S)
-        if rank == slow_rank:
-            time.sleep(RANK_SLEEP_S)
+        with torch.profiler.record_function("device_wait"):   # a traced wait
+            time.sleep(DEVICE_WAIT_S)
+            if rank == slow_rank:
+                time.sleep(RANK_SLEEP_S)
         dist.all_reduce(grad)
 
     batches = DataLoader(torch.randn(ITERATIONS, 64, 512), batch_size=None, num_workers=0)

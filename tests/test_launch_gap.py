@@ -42,6 +42,7 @@ def synthetic_events():
     rows += [ev("runtime", "cudaStreamSynchronize", 5006, 6003, external_id=77),
              ev("cpu_op", "aten::item", 5006, 6004, external_id=77)]
     rows += launch(4, 6100, 6105, 6110, 7000)
+    rows += [ev("cpu_op", "aten::mul", 6200, 7206)]     # the CPU busy in an op up to the launch
     rows += launch(5, 7200, 7205, 7210, 8000, name="vectorized_elementwise_kernel")
     rows += launch(6, 7300, 7305, 8050, 9000)
     rows += launch(7, 9000, 9500, 9400, 9600, name="Memcpy HtoD (Pageable -> Device)", call="cudaMemcpyAsync",
@@ -55,6 +56,17 @@ def syn():
     con = hand_written_store(synthetic_events())
     yield con
     con.close()
+
+
+def test_a_gap_the_cpu_spent_outside_every_op_is_untraced_host_time():
+    # the same trace without the op before the 7210 us launch: 1.1 ms of host time no span explains
+    con = hand_written_store([r for r in synthetic_events() if r["name"] != "aten::mul"])
+    try:
+        got = con.execute("SELECT start_ns // 1000, cause FROM gpu_idle_gaps('syn', 0.5, 1000000) "
+                          "WHERE start_ns // 1000 = 7000").fetchall()
+    finally:
+        con.close()
+    assert got == [(7000, "untraced")]
 
 
 def test_every_gap_gets_its_planted_cause(syn):

@@ -57,14 +57,16 @@ def build(rank: int, world_size: int, variant: str, config: dict[str, Any]) -> R
 
     def step(i: int) -> None:
         start = time.perf_counter()
-        time.sleep(BASE_SLEEP_S)
+        with torch.profiler.record_function("load_batch"):    # a traced wait (data, I/O)
+            time.sleep(BASE_SLEEP_S)
         x = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(i * world_size + rank))
         if variant.startswith("periodic") and rank == EVAL_RANK and i % EVAL_EVERY == 0:
             with torch.no_grad():
                 for batch in held_out:          # an evaluation pass ...
                     model.module(batch).sum().item()
             torch.save(model.state_dict(), checkpoint)   # ... and a checkpoint, on one rank,
-            time.sleep(UPLOAD_S)                # handed to remote storage (a blocking upload)
+            with torch.profiler.record_function("upload_checkpoint"):
+                time.sleep(UPLOAD_S)            # handed to remote storage (a blocking upload)
         model(x).pow(2).mean().backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

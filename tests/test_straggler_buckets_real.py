@@ -50,7 +50,8 @@ def build(rank: int, world_size: int, variant: str, config: dict[str, Any]) -> R
     late = STRAGGLER_S if kind == "straggler" and rank == STRAGGLER_RANK else 0.0
 
     def step(i: int) -> None:
-        time.sleep(BASE_SLEEP_S + late)
+        with torch.profiler.record_function("load_batch"):    # a traced wait (data, I/O)
+            time.sleep(BASE_SLEEP_S + late)
         x = torch.randn(8, WIDTH, generator=torch.Generator().manual_seed(i * world_size + rank))
         model(x).pow(2).mean().backward()
         optimizer.step()

@@ -65,7 +65,8 @@ def _run_workload(rank: int, workload: str, out: Path) -> list[float]:
             x = torch.randn(64, MATMUL_SIZE, generator=generator)
             for _ in range(MATMULS):
                 x = torch.tanh(x @ weights)
-            time.sleep(BASE_SLEEP_S + _extra_sleep_s(workload, rank, active_step))
+            with torch.profiler.record_function("load_batch"):    # a traced wait (data, I/O)
+                time.sleep(BASE_SLEEP_S + _extra_sleep_s(workload, rank, active_step))
             gradient.fill_(float(x.sum()))
             dist.all_reduce(gradient)
             if active_step is not None:

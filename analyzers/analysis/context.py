@@ -173,8 +173,9 @@ def run_notes_from_ranks(ranks: Mapping[int, RankInfo], gpu_work_ranks: set[int]
     cpu_only = [r for r in no_counted if r not in gpu_work_ranks]
     if ranks and len(cpu_only) == len(ranks):
         notes.append("The trace has no GPU activity (no kernels, copies or memsets): the GPU analyses (idle "
-                     "time, launch gaps, copies, FP32 matmuls) were skipped; the data loader, rank balance and "
-                     "communication are measured on the host (time the training thread waits).")
+                     "time, launch gaps, copies, FP32 matmuls) were skipped; the data loader, rank balance, "
+                     "communication and untraced host time are measured on the host (time the training "
+                     "thread waits or spends outside every profiled op).")
     elif cpu_only:
         notes.append(f"Rank(s) {', '.join(map(str, cpu_only))} have no GPU activity; GPU analyses "
                      "skipped them.")

@@ -88,6 +88,14 @@ ALLOCATOR_CHURN_MIN_PER_STEP = 1.0
 # "a data loader under 5% of the step is noise").
 DATALOADER_MIN_PCT = 5.0
 
+# --- untraced host time (analyses/untraced_host_time) ---------------------------------------
+# A hole in the process's traced host activity counts from this length on: shorter ones are the
+# dispatcher's, the profiler's and the autograd engine's own time between ops (up to 0.73 ms in
+# the H100 demos' traces: the engine preparing backward after the loss's ones_like).
+UNTRACED_MIN_HOLE_NS = 1_000_000
+# The holes must cost at least this share of the step (as DATALOADER_MIN_PCT).
+UNTRACED_MIN_PCT = 5.0
+
 # --- distributed (analyses/rank_imbalance, comm_exposed) ---------------------------------
 # Work spread (max - mean) / mean across ranks, %, above which the straggler's own extra work
 # explains the waiting; kernel-time noise between identical ranks stays under ~1%. Below it the
@@ -159,7 +167,7 @@ START_UP_ITERATION_MEDIANS = 2.0
 TINY_COPY_MAX_BYTES = 65_536
 # The thresholds the SQL library reads through library_threshold(name).
 SQL_LIBRARY_THRESHOLDS = ("INFERRED_STEP_MIN_REPEATS", "INFERRED_STEP_MIN_SPREAD_FRACTION", "START_UP_ITERATION_MEDIANS",
-                          "TINY_COPY_MAX_BYTES")
+                          "TINY_COPY_MAX_BYTES", "UNTRACED_MIN_HOLE_NS")
 
 # --- FP32 matmuls (analyses/fp32_matmul) -------------------------------------------------------
 # How much faster tensor cores run the same matmul, x: NVIDIA's peak ratios of tensor-core to

@@ -1,4 +1,4 @@
--- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/gpu_steps.sql lib/copies.sql
+-- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/gpu_steps.sql lib/copies.sql lib/host_time.sql
 -- GPU idle gaps and their causes: the idle time launch_gap, host_sync, runtime_stall,
 -- dataloader_stall and h2d_stall divide between them.
 --
@@ -24,6 +24,9 @@
 --                 runtime_stall_calls: memory management such as the cudaFree and cudaMalloc of an
 --                 emptied caching allocator, slow first launches, CUDA start-up) cover at least that
 --                 fraction of the gap
+--   'untraced'    the process was outside every profiled span (untraced_host_time: recurring holes
+--                 of at least UNTRACED_MIN_HOLE_NS in the steps) for that fraction of the gap:
+--                 Python, I/O or sleeps between ops kept the CPU from launching
 --   'launch_bound' the call launching the next GPU work returned only after the GPU had gone
 --                 idle: the CPU cannot launch fast enough (tiny kernels, Python overhead,
 --                 per-parameter optimizer loops)
@@ -120,10 +123,11 @@ FROM spans s ASOF LEFT JOIN steps(run) st ON s.rank = st.rank AND s.start_ns >= 
 --   sync_ns         part of the gap covered by blocking sync calls
 --   sync_at_start   BOOLEAN, a blocking sync call was running when the GPU went idle
 --   runtime_ns, runtime_at_start   same for runtime_stall_calls (slow non-launch runtime calls)
+--   untraced_ns     part of the gap inside untraced_host_time holes
 --   next_launch_name, next_launch_start_ns   the CPU call that launched the work ending the gap
 --   next_gpu_name   that work
 --   cause           'graph_capture' | 'dataloader' | 'h2d_copy' | 'host_sync' | 'runtime_stall' |
---                   'launch_bound' | 'gpu_wait'
+--                   'untraced' | 'launch_bound' | 'gpu_wait'
 --                   (see top of file; tested in that order)
 CREATE OR REPLACE MACRO gpu_idle_gaps(run, min_cover_fraction, runtime_stall_min_ns) AS TABLE
 WITH act_dev AS (
@@ -161,6 +165,9 @@ WITH act_dev AS (
     SELECT {'rank': rank, 'what': 'sync'}, start_ns, end_ns FROM sync_calls(run)
     UNION ALL
     SELECT {'rank': rank, 'what': 'runtime'}, start_ns, end_ns FROM runtime_stall_calls(run, runtime_stall_min_ns)
+    UNION ALL
+    SELECT {'rank': rank, 'what': 'untraced'}, start_ns, end_ns
+    FROM untraced_host_time(run, library_threshold('UNTRACED_MIN_HOLE_NS')) WHERE recurring
 ), islands AS (
     -- spans of one kind may overlap: their union ("inside any of them"), onto every device of the rank
     SELECT d.key, u.grp.what AS what, u.start_ns, u.end_ns
@@ -190,6 +197,7 @@ WITH act_dev AS (
            sum(least(p.island_end, g.end_ns) - greatest(p.island_start, g.start_ns)) FILTER (WHERE p.what = 'h2d') AS h2d_ns,
            sum(least(p.island_end, g.end_ns) - greatest(p.island_start, g.start_ns)) FILTER (WHERE p.what = 'sync') AS sync_ns,
            sum(least(p.island_end, g.end_ns) - greatest(p.island_start, g.start_ns)) FILTER (WHERE p.what = 'runtime') AS runtime_ns,
+           sum(least(p.island_end, g.end_ns) - greatest(p.island_start, g.start_ns)) FILTER (WHERE p.what = 'untraced') AS untraced_ns,
            bool_or(p.island_start <= g.start_ns AND g.start_ns < p.island_end) FILTER (WHERE p.what = 'h2d') AS h2d_at_start,
            bool_or(p.island_start <= g.start_ns AND g.start_ns < p.island_end) FILTER (WHERE p.what = 'sync') AS sync_at_start,
            bool_or(p.island_start <= g.start_ns AND g.start_ns < p.island_end) FILTER (WHERE p.what = 'runtime') AS runtime_at_start
@@ -215,6 +223,7 @@ WITH act_dev AS (
            coalesce(p.sync_at_start, false) AS sync_at_start,
            coalesce(p.h2d_ns, 0) AS h2d_ns, coalesce(p.h2d_at_start, false) AS h2d_at_start,
            coalesce(p.runtime_ns, 0) AS runtime_ns, coalesce(p.runtime_at_start, false) AS runtime_at_start,
+           coalesce(p.untraced_ns, 0) AS untraced_ns,
            n.launch_name AS next_launch_name, n.launch_start_ns AS next_launch_start_ns,
            n.launch_end_ns AS next_launch_end_ns, n.gpu_name AS next_gpu_name
     FROM gaps g
@@ -225,7 +234,7 @@ WITH act_dev AS (
 SELECT c.grp.rank AS rank, c.grp.device AS device, c.id AS gap_id, c.start_ns, c.end_ns, c.dur_ns,
        CASE WHEN c.start_ns < st.end_ns THEN st.step END AS step,
        c.loader_ns, c.h2d_ns, c.h2d_at_start, c.sync_ns, c.sync_at_start, c.runtime_ns, c.runtime_at_start,
-       c.next_launch_name,
+       c.untraced_ns, c.next_launch_name,
        c.next_launch_start_ns, c.next_gpu_name,
        -- CPU-side causes only apply when the GPU had nothing queued: work launched before
        -- the GPU went idle waited on something else (launch latency, another stream)
@@ -239,6 +248,7 @@ SELECT c.grp.rank AS rank, c.grp.device AS device, c.id AS gap_id, c.start_ns, c
             -- coverage only: a few-us allocator call that happens to span the gap's start must
             -- not claim a long gap the CPU spent elsewhere
             WHEN c.runtime_ns >= min_cover_fraction * c.dur_ns THEN 'runtime_stall'
+            WHEN c.untraced_ns >= min_cover_fraction * c.dur_ns THEN 'untraced'
             ELSE 'launch_bound' END AS cause
 FROM classified c
 ASOF LEFT JOIN steps(run) st ON c.grp.rank = st.rank AND c.start_ns >= st.start_ns;
