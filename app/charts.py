@@ -23,6 +23,7 @@ KIND_COLORS = {
     "kernel": "#2e7d32", "memcpy": "#1565c0", "memset": "#42a5f5", "gpu_user_annotation": "#b39ddb",
     "cuda_sync": "#c62828", "runtime": "#8d6e63", "driver": "#a1887f", "cpu_op": "#78909c",
     "user_annotation": "#cfd8dc", "python_function": "#ffe082", "merged": "#bdbdbd", "communication": "#ef6c00",
+    "critical path: host": "#6a1b9a", "critical path: GPU": "#d81b60",
 }
 LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.2), template="plotly_white")
 

@@ -220,6 +220,9 @@ def test_fused_kernel_matches_eager_in_float64(p, training):
         # another seed, another mask: at p = 0.5 two independent masks agree on half the elements
         agree = (keep == triton_fused.keep_mask(x.shape, p, 43)).float().mean().item()
         assert abs(agree - 0.5) < 4 * (0.25 / keep.numel()) ** 0.5
+        # a seed past 31 bits still drops (it is folded to the kernels' 31 bits)
+        big = triton_fused.keep_mask(x.shape, p, 2**33 + 7).float().mean().item()
+        assert 0.4 < big < 0.6
 
 
 @needs_triton

@@ -58,15 +58,40 @@ def syn():
     con.close()
 
 
-def test_a_gap_the_cpu_spent_outside_every_op_is_untraced_host_time():
-    # the same trace without the op before the 7210 us launch: 1.1 ms of host time no span explains
-    con = hand_written_store([r for r in synthetic_events() if r["name"] != "aten::mul"])
+def _steps_with_a_hole(hole_in: set[int], n_steps: int = 4) -> list[dict]:
+    """n 10 ms steps: a kernel, then the CPU 2 ms outside every op (in the steps in hole_in) or in
+    an op, then the launch of the next kernel."""
+    rows = []
+    for i in range(n_steps):
+        t = i * 10000
+        rows += [ev("user_annotation", f"ProfilerStep#{i + 1}", t, t + 10000)]
+        rows += launch(10 * i + 1, t + 10, t + 15, t + 20, t + 1000)
+        rows += [ev("cpu_op", "aten::add", t + 15, t + 1000)]
+        if i not in hole_in:
+            rows += [ev("cpu_op", "aten::mul", t + 1000, t + 3000)]
+        rows += launch(10 * i + 2, t + 3000, t + 3005, t + 3010, t + 9000, name="vectorized_elementwise_kernel")
+        rows += [ev("cpu_op", "aten::sum", t + 3005, t + 10000)]
+    return rows
+
+
+@pytest.mark.parametrize("hole_in,cause", [({0, 1, 2, 3}, "untraced"), ({0, 2}, "untraced"), ({1}, "launch_bound")])
+def test_a_recurring_hole_outside_every_op_is_untraced_host_time(hole_in, cause):
+    # every step (or half of them): work the loop does; one step of four: the process descheduled
+    con = hand_written_store(_steps_with_a_hole(hole_in))
     try:
-        got = con.execute("SELECT start_ns // 1000, cause FROM gpu_idle_gaps('syn', 0.5, 1000000) "
-                          "WHERE start_ns // 1000 = 7000").fetchall()
+        got = con.execute("SELECT step, cause FROM gpu_idle_gaps('syn', 0.5, 1000000) "
+                          "WHERE (start_ns // 1000) % 10000 = 1000 ORDER BY step").fetchall()
+        findings, _ = run_analyses(con, "syn")
     finally:
         con.close()
-    assert got == [(7000, "untraced")]
+    assert got == [(i + 1, cause if i in hole_in else "launch_bound") for i in range(4)]
+    kinds = {f.kind: f for f in findings}
+    if cause == "untraced":
+        f = kinds["untraced_host_time"]
+        assert f.metrics["before_op"] == "aten::add" and f.metrics["after_op"] == "cudaLaunchKernel"
+        assert f.cost_ns == pytest.approx(2_010_000 * len(hole_in) / 4)   # the GPU idle, per step
+    else:
+        assert "untraced_host_time" not in kinds
 
 
 def test_every_gap_gets_its_planted_cause(syn):

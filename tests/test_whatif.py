@@ -55,6 +55,42 @@ def test_no_prediction_above_the_measured_step(reports):
         assert set(run["order"]) == {f["id"] for f in report["findings"] if f["whatif"] is not None}
 
 
+def test_the_graph_built_beside_the_analysis_replays_like_one_built_alone(tmp_path):
+    """analyze_run builds the graph while the analysis's views are cached; analyse_whatif on the
+    stored run builds it from the events alone: the same run figures and predictions."""
+    from analyzers.analysis.whatif import analyse_whatif
+
+    db = str(tmp_path / "store.duckdb")
+    report = analyze_paths([str(SAMPLES / "synthetic_all")], db_path=db)
+    with duckdb.connect(db) as con:
+        stored = stored_whatif(con, report["run"]["run_id"])
+        alone = analyse_whatif(con, report["run"]["run_id"], report["findings"])
+    assert stored["findings"] and any(stored["findings"].values())
+    assert alone.run == stored["run"] and alone.findings == stored["findings"] and alone.path == stored["path"]
+
+
+def test_the_stored_path_alternates_host_and_gpu_within_the_steps(reports):
+    """The path's host/GPU stretches (for the Timeline): in time order per rank, each starting where
+    the other side's ended or later, inside the replayed run, and GPU stretches on a GPU run."""
+    from analyzers.read.queries import whatif_path_bars
+
+    for name, (report, doc) in reports.items():
+        path = doc["path"]
+        assert path["rank"], name
+        for rank in set(path["rank"]):
+            rows = [(g, s, e, n) for r, g, s, e, n in zip(path["rank"], path["on_gpu"], path["start_ns"],
+                                                          path["end_ns"], path["elements"]) if r == rank]
+            assert all(s <= e and n >= 1 for _, s, e, n in rows), name
+            assert all(a[0] != b[0] for a, b in zip(rows, rows[1:])), name        # stretches alternate
+            assert all(a[1] <= b[1] for a, b in zip(rows, rows[1:])), name        # in time order
+        t0, t1 = min(path["start_ns"]), max(path["end_ns"])
+        middle = (t0 + t1) // 2
+        bars = whatif_path_bars(doc, t0, middle, sorted(set(path["rank"])))
+        assert len(bars) and bars["start_ns"].min() >= t0 and bars["end_ns"].max() <= middle, name
+        assert (bars["lane_order"] < 1).all()       # above the event lanes (timeline_window numbers them from 1)
+    assert any(path_gpu for _, doc in reports.values() for path_gpu in doc["path"]["on_gpu"])
+
+
 def _prediction(reports, run, kind):
     report, _ = reports[run]
     finding = next(f for f in report["findings"] if f["kind"] == kind)

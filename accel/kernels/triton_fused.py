@@ -223,7 +223,7 @@ class _FusedBiasGeluDropout(torch.autograd.Function):
         x_c, bias_c = x.contiguous(), bias.contiguous()
         y = torch.empty_like(x_c)
         n_cols = bias_c.numel()
-        n_rows = x_c.numel() // n_cols
+        n_rows = x_c.numel() // n_cols if n_cols else 0
         apply_dropout = bool(training) and p > 0.0
         scale = 1.0 / (1.0 - p)
         drop_below = drop_threshold(p)
@@ -232,7 +232,8 @@ class _FusedBiasGeluDropout(torch.autograd.Function):
                                                TRAINING=apply_dropout, FP64=x_c.dtype == torch.float64,
                                                BM=BLOCK_M, BN=BLOCK_N, KIND=MASK_KIND, num_warps=NUM_WARPS)
         ctx.save_for_backward(x_c, bias_c)
-        ctx.scale, ctx.drop_below, ctx.seed, ctx.apply_dropout = scale, drop_below, seed, apply_dropout
+        # the backward draws the same mask: the same generator, whatever MASK_KIND is by then
+        ctx.scale, ctx.drop_below, ctx.seed, ctx.apply_dropout, ctx.kind = scale, drop_below, seed, apply_dropout, MASK_KIND
         return y
 
     @staticmethod
@@ -241,7 +242,7 @@ class _FusedBiasGeluDropout(torch.autograd.Function):
         dy = dy.contiguous()
         dx = torch.empty_like(x_c)
         n_cols = bias_c.numel()
-        n_rows = x_c.numel() // n_cols
+        n_rows = x_c.numel() // n_cols if n_cols else 0
         # d(x + bias)/d bias sums over every leading dimension: the kernel sums each strip's rows
         # in float32 (float64 for float64 inputs) so half-precision gradients keep small terms.
         acc = torch.float64 if dx.dtype == torch.float64 else torch.float32
@@ -250,7 +251,7 @@ class _FusedBiasGeluDropout(torch.autograd.Function):
         if x_c.numel():
             _bwd_kernel[grid](x_c, bias_c, dy, dx, partial, n_rows, n_cols, ctx.drop_below, ctx.scale, ctx.seed,
                               TRAINING=ctx.apply_dropout, FP64=x_c.dtype == torch.float64, BM=BLOCK_M,
-                              BN=BLOCK_N, ROW_TILES=BWD_ROW_TILES, KIND=MASK_KIND, num_warps=NUM_WARPS)
+                              BN=BLOCK_N, ROW_TILES=BWD_ROW_TILES, KIND=ctx.kind, num_warps=NUM_WARPS)
         dbias = torch.sum(partial, 0).to(bias_c.dtype) if ctx.needs_input_grad[1] else None
         return dx, dbias, None, None, None
 
@@ -262,7 +263,13 @@ def fused_bias_gelu_dropout(x: torch.Tensor, bias: torch.Tensor, p: float = 0.1,
     _check(x, bias, p)
     if seed is None:
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
-    return _FusedBiasGeluDropout.apply(x, bias, float(p), bool(training), int(seed))
+    return _FusedBiasGeluDropout.apply(x, bias, float(p), bool(training), _kernel_seed(seed))
+
+
+def _kernel_seed(seed: int) -> int:
+    """The seed as the kernels take it: 31 bits (a larger Python int reaches Triton as int64, where
+    the 32-bit hash's arithmetic would not wrap)."""
+    return int(seed) & 0x7FFFFFFF
 
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float, seed: int,
@@ -276,7 +283,7 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, seed: int,
     n_rows = math.prod(shape) // n_cols if n_cols else 0
     mask = torch.empty(math.prod(shape), dtype=torch.int8, device=device or kernel_device())
     if mask.numel():
-        _keep_mask_kernel[_grid(n_rows, n_cols)](mask, n_rows, n_cols, drop_threshold(p), int(seed),
+        _keep_mask_kernel[_grid(n_rows, n_cols)](mask, n_rows, n_cols, drop_threshold(p), _kernel_seed(seed),
                                                  BM=BLOCK_M, BN=BLOCK_N, KIND=MASK_KIND, num_warps=NUM_WARPS)
     return mask.view(*shape).bool()
 

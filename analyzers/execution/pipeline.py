@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import duckdb
 
@@ -26,7 +26,7 @@ from analyzers.analysis.passes import PassResult, analysis_pass, merge_passes
 from analyzers.analysis.root_causes import (RunCosts, group_across_ranks, link_consequences, link_memory_churn,
                                             order_findings, run_costs)
 from analyzers.analysis.version import analysis_version
-from analyzers.analysis.whatif import whatif_after_analysis
+from analyzers.analysis.whatif import whatif_after_analysis, whatif_graph
 from analyzers.common import thresholds as th
 from analyzers.common.model import Finding
 from analyzers.common.progress import Progress, teller
@@ -99,7 +99,9 @@ def run_analyses(con: duckdb.DuckDBPyConnection, run_id: str,
 def analyze_root_causes(con: duckdb.DuckDBPyConnection, run_id: str,
                         thresholds: Mapping[str, Any] | None = None,
                         progress: Progress | None = None,
-                        per_rank: bool = True, runner=None) -> tuple[list[Finding], list[str], RunCosts]:
+                        per_rank: bool = True, runner=None,
+                        while_cached: Callable[[duckdb.DuckDBPyConnection], None] | None = None
+                        ) -> tuple[list[Finding], list[str], RunCosts]:
     """Every analysis on the run, its per-rank findings grouped into one finding per cause
     (analyzers.analysis.root_causes), consequences linked to their cause: (findings, notes, RunCosts).
     progress: told "analysing" before each stage (the shared views, each rank's analyses, each
@@ -108,7 +110,10 @@ def analyze_root_causes(con: duckdb.DuckDBPyConnection, run_id: str,
     by rank on that rank's events (sql.engine.RunCache.only), so their cost and memory stay those of
     a one-rank run; False runs them once on the whole run (the same findings).
     runner: an analyzers.cluster executor; for a run kept as Parquet partitions, each rank's views
-    and analyses are then its tasks (analyzers/execution/rank_tasks.py), the cross-rank ones run here."""
+    and analyses are then its tasks (analyzers/execution/rank_tasks.py), the cross-rank ones run here.
+    while_cached: called with the connection after the analyses, while the run's shared views are
+    still cached (sql.engine.run_cache), so what it reads of them is not computed again (not called
+    when a runner analyses the ranks)."""
     tell = teller(progress)
     ensure_loaded(con)
     resolved = th.resolve(thresholds)
@@ -143,6 +148,8 @@ def analyze_root_causes(con: duckdb.DuckDBPyConnection, run_id: str,
                     results.append(analysis_pass(con, run_id, ctx, pass_modules, with_gaps=with_gaps, told=told))
             integrity = integrity_notes(con, run_id, ctx.thresholds)
             rank_table = rank_summary(con, run_id)     # from the cached views, not the events again
+            if while_cached is not None:
+                while_cached(con)
     found, notes = merge_passes(modules, results, per_rank)
     ctx.notes.extend(notes + integrity)
     findings, notes, costs = _finish(ctx, found, results)
@@ -189,9 +196,12 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: str,
     (analyzers/common/progress.py); runner: see analyze_root_causes; contract_of: how the replay
     learns each finding's fixes (analyzers.read.fixes.computed_finding_contract; the caller hands
     it down, as fixes are chosen when read; None: each fix model replays its default fix)."""
-    findings, notes, costs = analyze_root_causes(con, run_id, thresholds, progress, runner=runner)
+    graph = {}      # the what-if's graph, built from the views the analyses cached (it needs no finding)
+    findings, notes, costs = analyze_root_causes(
+        con, run_id, thresholds, progress, runner=runner,
+        while_cached=lambda cached: graph.update(graph=whatif_graph(cached, run_id, thresholds)))
     store_findings(con, run_id, findings, notes, costs)
-    whatif_after_analysis(con, run_id, findings, costs, thresholds, contract_of)
+    whatif_after_analysis(con, run_id, findings, costs, thresholds, contract_of, graph=graph.get("graph"))
     teller(progress)("analysed", "", 1.0, findings=len(findings))
     return findings
 

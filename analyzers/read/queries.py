@@ -380,7 +380,8 @@ def run_costs(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | N
 def whatif(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
     """The run's what-if replay as its last analysis stored it (analyzers/analysis/whatif): "run" (measured,
     replayed, all fixes, greedy order, critical path by category), "findings" (id -> prediction or
-    None), "steps" (replay error per rank and step), "notes"; None when never replayed."""
+    None), "steps" (replay error per rank and step), "notes", "path" (where the critical path runs:
+    whatif_path_bars); None when never replayed."""
     from analyzers.analysis.whatif import stored_whatif
 
     return stored_whatif(con, run_id)
@@ -399,6 +400,33 @@ def whatif_waterfall(doc: Mapping[str, Any] | None) -> list[dict[str, Any]]:
             continue
         rows.append({"label": fid, "step_ms": after, "saving_ms": rows[-1]["step_ms"] - after})
     return rows
+
+
+def whatif_path_bars(doc: Mapping[str, Any] | None, t0_ns: int, t1_ns: int, ranks: list[int]) -> pd.DataFrame:
+    """The replay's critical path in a time window, as timeline bars (timeline_window's columns): per
+    rank a lane 'critical path' above the others, a bar for each stretch the path spends on the host
+    (kind 'critical path: host') or on the GPU ('critical path: GPU'), clipped to the window. Empty
+    when the stored what-if has no path (an older analysis, or too many stretches: its note says)."""
+    import pandas as pd     # (only the pages draw timelines: see the import at the top)
+
+    columns = ["rank", "lane", "lane_order", "depth", "is_gpu", "kind", "name", "start_ns", "end_ns", "n_events",
+               "stream", "pid", "tid"]
+    path = (doc or {}).get("path") or {}
+    frame = pd.DataFrame({key: path.get(key) or [] for key in ("rank", "on_gpu", "start_ns", "end_ns", "elements")})
+    if frame.empty:
+        return pd.DataFrame(columns=columns)
+    frame = frame[frame["rank"].isin(ranks) & (frame["end_ns"] >= t0_ns) & (frame["start_ns"] <= t1_ns)]
+    several = len(set(ranks)) > 1
+    order = {rank: i - len(ranks) for i, rank in enumerate(sorted(set(ranks)))}   # before every event lane
+    on_gpu = frame["on_gpu"].astype(bool)
+    return pd.DataFrame({
+        "rank": frame["rank"], "lane": [f"rank {r} · critical path" if several else "critical path" for r in frame["rank"]],
+        "lane_order": frame["rank"].map(order), "depth": 0, "is_gpu": False,
+        "kind": on_gpu.map({True: "critical path: GPU", False: "critical path: host"}),
+        "name": [f"{n:,} GPU ops on the path" if g else f"{n:,} host events on the path (and the CPU time between)"
+                 for g, n in zip(on_gpu, frame["elements"])],
+        "start_ns": frame["start_ns"].clip(lower=t0_ns), "end_ns": frame["end_ns"].clip(upper=t1_ns),
+        "n_events": frame["elements"], "stream": None, "pid": None, "tid": None}, columns=columns)
 
 
 def whatif_vs_measured(con: duckdb.DuckDBPyConnection, before: str, after: str) -> list[dict[str, Any]]:

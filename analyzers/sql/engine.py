@@ -146,12 +146,13 @@ def ensure_loaded(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 # those read) come before them and ACROSS_RANK_VIEWS (collectives matched across ranks, the
 # straggler) after them, both on the whole run.
 RUN_FACTS = ("profiler_step_names",)
-RANK_VIEWS = ("steps", "sync_calls", "dataloader_spans", "gpu_activity", "launches", "copies", "collectives",
-              "rank_breakdown", "rank_step_costs", "rank_gpu_work", "memory_events", "memory_allocations")
+RANK_VIEWS = ("steps", "sync_calls", "dataloader_spans", "untraced_host_time", "gpu_activity", "launches", "copies",
+              "collectives", "rank_breakdown", "rank_step_costs", "rank_gpu_work", "memory_events", "memory_allocations")
 ACROSS_RANK_VIEWS = ("collective_instances", "rank_balance")
 CACHED_VIEWS = RUN_FACTS + RANK_VIEWS + ACROSS_RANK_VIEWS
 # The thresholds (analyzers/common/thresholds.py names) a cached view takes after the run id.
-VIEW_THRESHOLDS = {"rank_gpu_work": ("HOST_BLOCKED_MIN_NS",), "rank_balance": ("HOST_BLOCKED_MIN_NS",)}
+VIEW_THRESHOLDS = {"rank_gpu_work": ("HOST_BLOCKED_MIN_NS",), "rank_balance": ("HOST_BLOCKED_MIN_NS",),
+                   "untraced_host_time": ("UNTRACED_MIN_HOLE_NS",)}
 
 
 class RunCache:

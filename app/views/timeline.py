@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from analyzers.read import queries
@@ -125,6 +126,13 @@ left, right = st.columns([3, 1])
 ranks = left.multiselect("Ranks", all_ranks, default=default_ranks, key=f"timeline_ranks-{source}-{t0}")
 with right:
     include_python = st.checkbox("Python stacks", value=False, help="python_function events (can be many)")
+    whatif_doc = state.whatif(run_id)
+    show_path = st.checkbox(
+        "Critical path", value=bool(((whatif_doc or {}).get("path") or {}).get("rank")),
+        disabled=not ((whatif_doc or {}).get("path") or {}).get("rank"),
+        help="A lane on top: where the replay's critical path runs, on the host (its calls and the CPU "
+             "time between them) or on the GPU (ops, queued or waiting). Work off it could take longer "
+             "without moving the step.")
     show_flows = st.checkbox(
         "Launch → GPU arrows", value=False,
         help=f"A line from each CPU launch call (cudaLaunchKernel, cudaMemcpyAsync, …) to the GPU work it "
@@ -160,6 +168,7 @@ def window_flows(path: str, run_id: str, t0_ns: int, t1_ns: int, ranks: tuple[in
 
 
 bars = state.timeline_window(state.db_path(), run_id, v0, v1, tuple(sorted(ranks)), include_python)
+path_bars = queries.whatif_path_bars(whatif_doc, v0, v1, ranks) if show_path and len(bars) else None
 flows = window_flows(state.db_path(), run_id, v0, v1, tuple(sorted(ranks))) if show_flows and len(bars) else None
 merged = bars[bars["kind"] == "merged"] if len(bars) else bars
 pixel_us = (v1 - v0) * queries.TIMELINE_PIXEL_FRACTION / 1e3
@@ -170,10 +179,12 @@ st.caption(
     + (f" · {int(merged['n_events'].sum()):,} events shorter than {pixel_us:,.2f} µs merged into "
        f"{len(merged):,} grey bars: zoom in to separate them" if len(merged) else " · every event its own bar")
     + (f" · {len(flows):,} launch arrows" if flows is not None else "")
+    + (" · the critical path's lane on top" if path_bars is not None and len(path_bars) else "")
     + (". Shaded red: the finding's window." if highlights else "."))
 if len(bars):
     chart_key = f"timeline-chart-{v0}-{v1}"
-    st.plotly_chart(charts.timeline(bars, v0, v1, bounds[0], highlights, flows), width="stretch", key=chart_key,
+    drawn = pd.concat([path_bars, bars], ignore_index=True) if path_bars is not None and len(path_bars) else bars
+    st.plotly_chart(charts.timeline(drawn, v0, v1, bounds[0], highlights, flows), width="stretch", key=chart_key,
                     on_select=lambda: zoom_to_selection(chart_key), selection_mode="box",
                     config={"displayModeBar": False})
     st.caption("Drag across the chart to zoom into that span. Rows under a lane are nesting levels "

@@ -18,7 +18,7 @@ import numpy as np
 
 from analyzers.common import thresholds as th
 from analyzers.common.contract import computed_contract
-from analyzers.analysis.whatif.critical_path import CATEGORIES, critical_path
+from analyzers.analysis.whatif.critical_path import CATEGORIES, critical_path, path_segments
 from analyzers.analysis.whatif.graph import RunGraph, build_run_graph
 from analyzers.analysis.whatif.models import FixEffect, FixModel
 from analyzers.analysis.whatif.replay import RunReplay, replay_run
@@ -34,12 +34,16 @@ def fix_model(kind: str) -> FixModel | None:
     return model if isinstance(model, FixModel) else None
 
 
+MAX_PATH_SEGMENTS = 200_000     # host/GPU stretches of the critical path kept for the Timeline
+
+
 @dataclass
 class WhatIf:
     run: dict[str, Any]                             # run.whatif of the CLI contract
     findings: dict[str, dict[str, Any] | None]      # finding id -> its whatif (None: no prediction)
     steps: list[dict[str, Any]] = field(default_factory=list)   # per rank and step: measured, replayed
     path_ms: dict[str, float] = field(default_factory=dict)     # critical path by category, ms per step
+    path: dict[str, list] = field(default_factory=dict)         # where the path runs (path_segments, per rank)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -53,12 +57,25 @@ def _n_steps(graph: RunGraph) -> int:
     return max((len(g.step_measured_ns) for g in graph.ranks), default=0)
 
 
+def whatif_graph(con: duckdb.DuckDBPyConnection, run_id: str,
+                 thresholds: Mapping[str, Any] | None = None) -> RunGraph | None:
+    """The run's graph for analyse_whatif, built ahead (while the analysis's views are cached: it
+    reads steps, GPU activity and the collectives' matching from there); None where building it
+    fails (analyse_whatif then builds it again and its note says why)."""
+    try:
+        return build_run_graph(con, run_id, th.resolve(thresholds))
+    except Exception:     # the replay is an addition: never the reason an analysis fails
+        return None
+
+
 def analyse_whatif(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[Mapping[str, Any]],
-                   thresholds: Mapping[str, Any] | None = None) -> WhatIf:
-    """The run's what-if: findings as the CLI contract has them (id, kind, rank, ranks, metrics, fixes)."""
-    started = time.perf_counter()
+                   thresholds: Mapping[str, Any] | None = None, graph: RunGraph | None = None) -> WhatIf:
+    """The run's what-if: findings as the CLI contract has them (id, kind, rank, ranks, metrics, fixes);
+    graph: the run's graph when built already (whatif_graph), else built here."""
     t = th.resolve(thresholds)
-    graph = build_run_graph(con, run_id, t)
+    if graph is None:
+        graph = build_run_graph(con, run_id, t)
+    started = time.perf_counter() - graph.build_seconds     # (seconds: the graph's building included)
     notes = list(graph.notes)
     if not graph.ranks or not _n_steps(graph):
         return WhatIf(run={"measured_step_ms": None, "replayed_step_ms": None, "all_fixes_step_ms": None,
@@ -77,20 +94,21 @@ def analyse_whatif(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[M
                      "are rougher.")
     paths = {g.rank: critical_path(g, r) for g, r in zip(graph.ranks, base.ranks)}
     _add_path_per_step(steps, graph, base, paths)
+    path = _path_in_trace(graph, paths, notes)
     n_steps = _n_steps(graph)
     path_ms = _path_by_category(paths, n_steps, len(graph.ranks))
 
-    def after(fixes: list[tuple[FixModel, Mapping[str, Any]]]) -> float:
-        """The mean replayed step with these fixes applied one after the other (each transform reads
-        the graph the ones before left)."""
-        g = graph
+    def applied(g: RunGraph, fixes: list[tuple[FixModel, Mapping[str, Any]]]) -> RunGraph:
+        """g with these fixes applied one after the other (each transform reads the graph the ones
+        before left)."""
         for model, finding in fixes:
             effect = model.transform(g, finding, t)
             if effect is not None:
                 g = effect.graph
-        return replay_run(g).mean_step_ns()
+        return g
 
     effects: dict[str, tuple[FixModel, Mapping[str, Any]]] = {}
+    alone: dict[str, float] = {}        # finding id -> the mean replayed step after its fix alone
     out: dict[str, dict[str, Any] | None] = {}
     for f in findings:
         fid = str(f["id"])
@@ -105,7 +123,7 @@ def analyse_whatif(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[M
             out[fid] = None
             continue
         effects[fid] = (model, f)
-        step_after = after([(model, f)])
+        step_after = alone[fid] = replay_run(effect.graph).mean_step_ns()
         saving = max(replayed - step_after, 0.0)
         on_path = sum(paths[rank].touched_ns(hit.host, hit.gpu, hit.host_lead)
                       for rank, hit in effect.touched.items() if rank in paths)
@@ -113,16 +131,18 @@ def analyse_whatif(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[M
                     "saving_ms": round(saving / 1e6, 3),
                     "on_critical_path_ms": round(on_path / max(n_steps, 1) / max(len(paths), 1) / 1e6, 3),
                     "assumptions": list(effect.assumptions)}
-    # greedy: the largest saving first, then re-replay with it applied
+    # greedy: the largest saving first, then re-replay with it applied (the first round's trials are
+    # the fixes alone, replayed above)
     order: list[str] = []
-    chosen: list[tuple[FixModel, Mapping[str, Any]]] = []
+    fixed = graph                       # the graph with the fixes chosen so far
     left = dict(effects)
     current = replayed
     while left:
-        trials = {fid: after(chosen + [e]) for fid, e in left.items()}
+        trials = ({fid: alone[fid] for fid in left} if not order else
+                  {fid: replay_run(applied(fixed, [e])).mean_step_ns() for fid, e in left.items()})
         best = min(trials, key=lambda k: (trials[k], k))
         order.append(best)
-        chosen.append(left.pop(best))
+        fixed = applied(fixed, [left.pop(best)])
         current = trials[best]
         out[best]["step_ms_after_order"] = round((measured - max(replayed - current, 0.0)) / 1e6, 3)
     all_fixes = measured - max(replayed - current, 0.0)
@@ -130,7 +150,7 @@ def analyse_whatif(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[M
            "all_fixes_step_ms": round(all_fixes / 1e6, 3), "order": order,
            "replay_error_pct": round(100 * (replayed - measured) / measured, 2) if measured else None,
            "critical_path_ms": path_ms}
-    return WhatIf(run=run, findings=out, steps=steps, path_ms=path_ms, notes=notes,
+    return WhatIf(run=run, findings=out, steps=steps, path_ms=path_ms, path=path, notes=notes,
                   seconds=time.perf_counter() - started)
 
 
@@ -149,22 +169,33 @@ def _add_path_per_step(rows: list[dict[str, Any]], graph: RunGraph, replay: RunR
     """Each step row gets its critical path by category (ms): the path's elements that end inside
     the step's replayed window, and how many GPU ops and host nodes of it lie on the path."""
     by_key = {(row["rank"], row["step"]): row for row in rows}
-    code = {c: i for i, c in enumerate(CATEGORIES)}
     for g, r in zip(graph.ranks, replay.ranks):
         path = paths[g.rank]
-        own_code = np.array([code[c] for c in path.own_category], dtype=np.int64)
-        lead_code = np.array([code[c] for c in path.lead_category], dtype=np.int64)
         starts, ends = r.h_end[g.step_start_node], r.h_end[g.step_end_node]
         for step, lo, hi in zip(g.step_numbers.tolist(), starts.tolist(), ends.tolist()):
             inside = (path.end_ns > lo) & (path.end_ns <= hi)
-            totals = np.zeros(len(CATEGORIES), dtype=np.int64)
-            np.add.at(totals, own_code[inside], path.own_ns[inside])
-            np.add.at(totals, lead_code[inside], path.lead_ns[inside])
+            totals = path.category_totals(inside)
             row = by_key.get((g.rank, step))
             if row is not None:
                 row["critical_path_ms"] = {c: round(int(v) / 1e6, 3) for c, v in zip(CATEGORIES, totals) if v}
                 row["path_gpu_ops"] = int((inside & path.is_gpu).sum())
                 row["path_host_nodes"] = int((inside & ~path.is_gpu).sum())
+
+
+def _path_in_trace(graph: RunGraph, paths, notes: list[str]) -> dict[str, list]:
+    """Every rank's path_segments, with a rank column; none past MAX_PATH_SEGMENTS (the document
+    stays small enough to read on every page load), which a note says."""
+    out: dict[str, list] = {"rank": [], "on_gpu": [], "start_ns": [], "end_ns": [], "elements": []}
+    for g in graph.ranks:
+        segments = path_segments(g, paths[g.rank])
+        out["rank"].extend([g.rank] * len(segments["start_ns"]))
+        for key, values in segments.items():
+            out[key].extend(values)
+    if len(out["rank"]) > MAX_PATH_SEGMENTS:
+        notes.append(f"The critical path switches between host and GPU {len(out['rank']):,} times: too many to "
+                     f"keep for the Timeline (at most {MAX_PATH_SEGMENTS:,}); it shows none.")
+        return {key: [] for key in out}
+    return out
 
 
 def _path_by_category(paths, n_steps: int, n_ranks: int) -> dict[str, float]:
@@ -181,7 +212,7 @@ def store_whatif(con: duckdb.DuckDBPyConnection, run_id: str, result: WhatIf) ->
     import json
 
     document = {"run": result.run, "findings": result.findings, "steps": result.steps, "notes": result.notes,
-                "seconds": round(result.seconds, 3)}
+                "path": result.path, "seconds": round(result.seconds, 3)}
     con.execute("DELETE FROM whatif WHERE run_id = ?", [run_id])
     con.execute("INSERT INTO whatif VALUES (?, ?)", [run_id, json.dumps(document)])
 
@@ -199,17 +230,17 @@ def stored_whatif(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]
 
 def whatif_after_analysis(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[Any], costs: Any,
                           thresholds: Mapping[str, Any] | None = None,
-                          contract_of: Callable[[Any, Mapping[str, Any] | None], Mapping[str, Any]] | None = None
-                          ) -> None:
+                          contract_of: Callable[[Any, Mapping[str, Any] | None], Mapping[str, Any]] | None = None,
+                          graph: RunGraph | None = None) -> None:
     """analyze_run's hook: replay the run with the findings just stored, store the result; a failure
     stores a note instead of losing the analysis. contract_of: a finding and its run's costs -> the
     finding in the contract's shape with the fixes it gets (analyzers.read.fixes.computed_finding_contract,
     handed down by the caller: the analysis does not choose fixes); without it no fix is named and
-    each kind's fix model replays its default fix."""
+    each kind's fix model replays its default fix. graph: the run's graph when built already (whatif_graph)."""
     trace = costs.to_dict() if costs is not None else None
     contracts = [(contract_of or _without_fixes)(f, trace) for f in findings]
     try:
-        result = analyse_whatif(con, run_id, contracts, thresholds)
+        result = analyse_whatif(con, run_id, contracts, thresholds, graph)
     except Exception as exc:      # the replay is an addition: never the reason an analysis fails
         result = WhatIf(run={"measured_step_ms": None, "replayed_step_ms": None, "all_fixes_step_ms": None,
                              "order": []},

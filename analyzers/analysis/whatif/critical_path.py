@@ -19,6 +19,9 @@ CATEGORIES = ("cpu", "launch", "runtime_stall", "sync", "copy", "loader", "comm_
 _HOST_OWN = {CALL: "launch", LAUNCH: "launch", SYNC: "sync", COPY: "copy", LOADER: "loader",
              COMM_WAIT: "comm_wait", COMM_ISSUE: "cpu", STEP: "cpu"}
 _GPU_OWN = {G_COMPUTE: "gpu_compute", G_COMM: "gpu_comm", G_MEMORY: "gpu_memory", G_WAIT: "gpu_queue"}
+_CODE = {c: i for i, c in enumerate(CATEGORIES)}
+_HOST_OWN_CODE = np.array([_CODE[_HOST_OWN[t]] for t in range(len(HOST_TYPE_NAMES))], dtype=np.int8)
+_GPU_OWN_CODE = np.array([_CODE[_GPU_OWN[c]] for c in range(len(_GPU_OWN))], dtype=np.int8)
 
 
 @dataclass
@@ -30,16 +33,26 @@ class CriticalPath:
     own_ns: np.ndarray          # the element's own part
     lead_ns: np.ndarray         # what came before it (CPU work, launch latency, queueing)
     end_ns: np.ndarray          # the element's replayed end (assigns it to a step)
-    own_category: list[str]
-    lead_category: list[str]
+    own_code: np.ndarray        # int8, index into CATEGORIES of the own part
+    lead_code: np.ndarray       # int8, index into CATEGORIES of the lead part
+
+    @property
+    def own_category(self) -> list[str]:
+        return [CATEGORIES[c] for c in self.own_code.tolist()]
+
+    @property
+    def lead_category(self) -> list[str]:
+        return [CATEGORIES[c] for c in self.lead_code.tolist()]
+
+    def category_totals(self, inside: np.ndarray | None = None) -> np.ndarray:
+        """ns per category (CATEGORIES order) of the path's elements (those in the `inside` mask)."""
+        own, lead, own_code, lead_code = self.own_ns, self.lead_ns, self.own_code, self.lead_code
+        if inside is not None:
+            own, lead, own_code, lead_code = own[inside], lead[inside], own_code[inside], lead_code[inside]
+        return _sum_by(own_code, own) + _sum_by(lead_code, lead)
 
     def by_category(self) -> dict[str, int]:
-        totals = dict.fromkeys(CATEGORIES, 0)
-        for cat, v in zip(self.own_category, self.own_ns.tolist()):
-            totals[cat] += v
-        for cat, v in zip(self.lead_category, self.lead_ns.tolist()):
-            totals[cat] += v
-        return totals
+        return dict(zip(CATEGORIES, (int(v) for v in self.category_totals())))
 
     def touched_ns(self, host_mask: np.ndarray, gpu_mask: np.ndarray, host_lead_mask: np.ndarray | None = None) -> int:
         """Time on the path of the nodes a fix changes: their own parts (and, for host nodes in
@@ -102,14 +115,43 @@ def critical_path(g: RankGraph, r: RankReplay) -> CriticalPath:
     waited = p_is_gpu[hi]
     own[hi] = np.where(waited, np.maximum(0, e[hi] - pe[hi]), np.maximum(0, e[hi] - st[hi]))
     lead[hi] = np.where(waited, 0, np.maximum(0, e[hi] - pe[hi] - own[hi]))
-    host_cat = np.array([_HOST_OWN[t] for t in range(len(HOST_TYPE_NAMES))], dtype=object)
-    gpu_cat = np.array([_GPU_OWN[c] for c in range(len(_GPU_OWN))], dtype=object)
-    own_category = np.empty(len(ids), dtype=object)
+    own_code = np.empty(len(ids), dtype=np.int8)
     h_types = g.h_type[index[hi]]
-    own_category[hi] = np.where(g.h_stall[index[hi]], "runtime_stall", host_cat[h_types])
-    own_category[gi] = gpu_cat[g.g_cat[index[gi]]]
-    lead_category = np.full(len(ids), "cpu", dtype=object)
-    lead_category[gi] = np.where(wait > 0, "collective_wait",
-                                 np.where(p_is_gpu[gi], "gpu_queue", "launch_latency"))
+    own_code[hi] = np.where(g.h_stall[index[hi]], _CODE["runtime_stall"], _HOST_OWN_CODE[h_types])
+    own_code[gi] = _GPU_OWN_CODE[g.g_cat[index[gi]]]
+    lead_code = np.full(len(ids), _CODE["cpu"], dtype=np.int8)
+    lead_code[gi] = np.where(wait > 0, _CODE["collective_wait"],
+                             np.where(p_is_gpu[gi], _CODE["gpu_queue"], _CODE["launch_latency"]))
     return CriticalPath(rank=g.rank, is_gpu=is_gpu, index=index, own_ns=own, lead_ns=lead, end_ns=e,
-                        own_category=own_category.tolist(), lead_category=lead_category.tolist())
+                        own_code=own_code, lead_code=lead_code)
+
+
+def _sum_by(code: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Exact int64 sums of values per category code."""
+    totals = np.zeros(len(CATEGORIES), dtype=np.int64)
+    np.add.at(totals, code, values)
+    return totals
+
+
+def path_segments(g: RankGraph, path: CriticalPath) -> dict[str, list]:
+    """Where the path runs in the trace's own time, for a timeline: each stretch of consecutive path
+    elements on the host (its chain of calls and the CPU time between them) or on the GPU (ops, with
+    the launch latency or queueing before them), end to end: a stretch runs from the end of the one
+    before it (the first from its first element's start) to its last element's measured end (never
+    before an earlier element's: a sync's measured end can precede the kernel it waited for by the
+    replay's error). Columns (lists): on_gpu, start_ns, end_ns, elements (path elements in it)."""
+    if not len(path.index):
+        return {"on_gpu": [], "start_ns": [], "end_ns": [], "elements": []}
+    on_gpu = path.is_gpu
+    gi, hi = path.index[on_gpu], path.index[~on_gpu]
+    end = np.empty(len(path.index), dtype=np.int64)
+    end[on_gpu] = g.g_start[gi] + g.g_dur[gi]
+    end[~on_gpu] = g.h_start[hi] + g.h_dur[hi]
+    end = np.maximum.accumulate(end)
+    first = np.flatnonzero(np.concatenate([[True], on_gpu[1:] != on_gpu[:-1]]))
+    last = np.append(first[1:], len(on_gpu)) - 1
+    seg_end = end[last]
+    first_start = int(g.g_start[path.index[0]] if on_gpu[0] else g.h_start[path.index[0]])
+    seg_start = np.concatenate([[min(first_start, int(seg_end[0]))], seg_end[:-1]])
+    return {"on_gpu": on_gpu[first].tolist(), "start_ns": (seg_start + g.t0).tolist(),
+            "end_ns": (seg_end + g.t0).tolist(), "elements": (last - first + 1).tolist()}

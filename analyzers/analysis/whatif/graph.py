@@ -9,6 +9,7 @@ it. Blocking nodes (syncs, blocking copies, CPU collective waits) end when what 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,7 @@ class RunGraph:
     coll_keys: list[str]
     coll_matched: np.ndarray        # bool per collective: matched across ranks (else it couples nothing)
     notes: list[str] = field(default_factory=list)
+    build_seconds: float = 0.0      # what building it took (its SQL and arrays)
 
     def replace(self, **changes: Any) -> "RunGraph":
         return dataclasses.replace(self, **changes)
@@ -112,13 +114,18 @@ def _col(d: dict[str, Any], name: str, dtype=None) -> np.ndarray:
 
 def build_run_graph(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: dict[str, float]) -> RunGraph:
     """The run's graph from the store (whatif/graph.sql), every rank."""
-    host = _fetch(con, "SELECT rank, start_ns, end_ns, coalesce(correlation, -1) AS correlation, "
-                       "CASE node WHEN 'call' THEN 0 WHEN 'loader' THEN 1 WHEN 'comm_wait' THEN 2 ELSE 3 END::TINYINT "
-                       "AS node, call_kind, loader_in_main "
+    started = time.perf_counter()
+    host = _fetch(con, "SELECT rank, start_ns, end_ns, coalesce(correlation, -1) AS correlation, node, call_kind, "
+                       "coalesce(loader_in_main, false) AS loader_in_main "
                        "FROM whatif_host_nodes(?) ORDER BY rank, start_ns, end_ns DESC", [run_id])
+    # (correlation last: copies tied on the rest keep one order in both queries)
     gpu = _fetch(con, "SELECT rank, stream, start_ns, end_ns, coalesce(correlation, -1) AS correlation, category, "
-                      "fp32_matmul, copy_dir, pageable FROM whatif_gpu_ops(?) ORDER BY rank, stream, start_ns, end_ns",
-                 [run_id])
+                      "is_copy, fp32_matmul, coalesce(pageable, false) AS pageable FROM whatif_gpu_ops(?) "
+                      "ORDER BY rank, stream, start_ns, end_ns, correlation", [run_id])
+    copy_dirs = _fetch(con, "SELECT copy_dir FROM whatif_copy_dirs(?) ORDER BY rank, stream, start_ns, end_ns, "
+                            "coalesce(correlation, -1)", [run_id])
+    gpu["copy_dir"] = np.full(len(gpu["rank"]), None, dtype=object)
+    gpu["copy_dir"][np.asarray(gpu["is_copy"], dtype=bool)] = _col(copy_dirs, "copy_dir").astype(object)
     waits = _fetch(con, "SELECT rank, correlation, sync_kind, coalesce(stream, -1) AS stream, "
                         "coalesce(wait_on_stream, -1) AS wait_on_stream, coalesce(record_corr, -1) AS record_corr "
                         "FROM whatif_stream_waits(?)", [run_id])
@@ -174,7 +181,8 @@ def build_run_graph(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: dic
         notes.append(f"{unmatched} collective instance(s) could not be matched across ranks: the replay keeps "
                      "their measured duration (waits for absent or unmatched ranks included).")
     matched = np.array([k is not None and not k.startswith("unmatched/") for k in key_list], dtype=bool)
-    return RunGraph(ranks=graphs, n_coll=len(transfer), coll_keys=key_list, coll_matched=matched, notes=notes)
+    return RunGraph(ranks=graphs, n_coll=len(transfer), coll_keys=key_list, coll_matched=matched, notes=notes,
+                    build_seconds=time.perf_counter() - started)
 
 
 def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) -> RankGraph | None:
@@ -186,6 +194,13 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     in_main = _col(host, "loader_in_main").astype(bool)[sel]
     corr = _col(host, "correlation", np.int64)[sel]
     node = _col(host, "node", np.int8)[sel]
+    # a call inside a DataLoader wait or a blocked piece (one before it in time order) is that wait's time
+    waiting = (node == 1) | (node == 2)
+    if waiting.any():
+        wait_end = np.maximum.accumulate(np.where(waiting, he, NEVER))
+        wait_end_before = np.concatenate([[NEVER], wait_end[:-1]])
+        keep = ~((node == 0) & (wait_end_before != NEVER) & (he <= wait_end_before))
+        hs, he, call_kind, in_main, corr, node = (a[keep] for a in (hs, he, call_kind, in_main, corr, node))
     # step markers join the chain as zero-length nodes
     st_start = _col(steps, "start_ns", np.int64)[s_sel]
     st_end = _col(steps, "end_ns", np.int64)[s_sel]
@@ -237,14 +252,13 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     g_start = _col(gpu, "start_ns", np.int64)[g_sel] - t0
     g_end = _col(gpu, "end_ns", np.int64)[g_sel] - t0
     g_corr = _col(gpu, "correlation", np.int64)[g_sel]
-    g_category = _col(gpu, "category")[g_sel]
-    g_fp32 = _col(gpu, "fp32_matmul").astype(object)[g_sel]
-    g_fp32 = np.array([bool(x) for x in g_fp32], dtype=bool)
-    g_copy_dir = _col(gpu, "copy_dir").astype(object)[g_sel]
-    g_pageable = np.array([bool(x) for x in _col(gpu, "pageable").astype(object)[g_sel]], dtype=bool)
+    g_category = _col(gpu, "category", np.int8)[g_sel]
+    g_fp32 = _col(gpu, "fp32_matmul", bool)[g_sel]
+    g_copy_dir = gpu["copy_dir"][g_sel]
+    g_pageable = _col(gpu, "pageable", bool)[g_sel]
     g_cat = np.full(len(g_stream), G_COMPUTE, dtype=np.int8)
-    g_cat[g_category == "comm"] = G_COMM
-    g_cat[g_category == "memory"] = G_MEMORY
+    g_cat[g_category == 1] = G_COMM
+    g_cat[g_category == 2] = G_MEMORY
 
     # launch edges: the host call with the op's correlation (the latest one starting before the op)
     call_corr = np.where(is_call, corr, -1)

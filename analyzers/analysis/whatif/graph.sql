@@ -10,72 +10,80 @@
 -- ranks (collective_instances), which finish when their last rank arrives.
 
 
--- whatif_host_nodes(run): the host chain's events, one row each, nested events left out (a
--- runtime call inside a DataLoader wait is the loader's time).
+-- whatif_host_nodes(run): the host chain's events, one row each. A runtime call nested in a
+-- DataLoader wait or a blocked piece is that wait's time: graph.py leaves it out (a running max
+-- over the chain in time order, cheaper in numpy than a window over every call).
 -- Columns:
 --   rank, start_ns, end_ns, correlation
+--   node   TINYINT: 0 a runtime/driver call (launch, copy, sync or other; the replay tells them apart
+--          by correlation and name), 1 a DataLoader wait (enumerate(DataLoader)...__next__),
+--          2 a comm_wait (the training thread of a CPU rank blocked while gloo works: cpu_comm_blocked),
+--          3 a comm_issue (a gloo collective's start: when the CPU rank arrived at it; its
+--          correlation column holds the gloo span's start, which identifies the collective)
 --   call_kind  TINYINT, a runtime call's kind by name: 1 sync, 2 copy, 3 cross-stream wait, 0 other
 --   loader_in_main  BOOLEAN, a DataLoader wait of a loader without workers (_SingleProcessDataLoaderIter)
---   node   'call' (a runtime/driver call: launch, copy, sync or other; the replay tells them apart
---          by correlation and name), 'loader' (enumerate(DataLoader)...__next__),
---          'comm_wait' (the training thread of a CPU rank blocked while gloo works: cpu_comm_blocked),
---          'comm_issue' (a gloo collective's start: when the CPU rank arrived at it; its
---          correlation column holds the gloo span's start, which identifies the collective)
 CREATE OR REPLACE MACRO whatif_host_nodes(run) AS TABLE
 WITH calls AS (
-    SELECT rank, tid, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, name, correlation, 'call' AS node
+    SELECT rank, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, name, correlation, 0 AS node
     FROM events
     WHERE run_id = run AND kind IN ('runtime', 'driver') AND dur_ns IS NOT NULL AND dur_ns >= 0
 ), loader AS (
-    SELECT rank, NULL::VARCHAR AS tid, start_ns, end_ns, name, NULL::BIGINT AS correlation, 'loader' AS node
+    SELECT rank, start_ns, end_ns, name, NULL::BIGINT AS correlation, 1 AS node
     FROM dataloader_spans(run)
 ), gloo AS (
     SELECT rank, start_ns, end_ns FROM collective_instances(run) WHERE source = 'cpu'
 ), comm_wait AS (
-    SELECT rank, NULL::VARCHAR AS tid, start_ns, end_ns, 'comm_wait' AS name, NULL::BIGINT AS correlation,
-           'comm_wait' AS node
+    SELECT rank, start_ns, end_ns, 'comm_wait' AS name, NULL::BIGINT AS correlation, 2 AS node
     FROM cpu_comm_blocked(run, 'gloo') WHERE blocked AND dur_ns > 0
 ), comm_issue AS (
     -- the rank's arrival: the gloo span's start, or the start of the blocked piece it starts in
     -- (the training thread stops a moment before gloo's own span begins)
-    SELECT g.rank, NULL::VARCHAR, least(g.start_ns, coalesce(w.start_ns, g.start_ns)) AS start_ns,
-           least(g.start_ns, coalesce(w.start_ns, g.start_ns)) AS end_ns, 'comm_issue', g.start_ns, 'comm_issue'
+    SELECT g.rank, least(g.start_ns, coalesce(w.start_ns, g.start_ns)) AS start_ns,
+           least(g.start_ns, coalesce(w.start_ns, g.start_ns)) AS end_ns, 'comm_issue', g.start_ns, 3
     FROM gloo g LEFT JOIN comm_wait w ON w.rank = g.rank AND g.start_ns BETWEEN w.start_ns AND w.end_ns
 ), nodes AS (
     SELECT * FROM calls UNION ALL SELECT * FROM loader UNION ALL SELECT * FROM comm_wait
     UNION ALL SELECT * FROM comm_issue
 )
-SELECT rank, start_ns, end_ns, correlation, node,
+SELECT rank, start_ns, end_ns, correlation, node::TINYINT AS node,
        -- what a runtime call is, by name: 1 a sync, 2 a copy, 3 a cross-stream wait, 0 other
-       CASE WHEN node <> 'call' THEN 0
+       CASE WHEN node <> 0 THEN 0
             WHEN (contains(name, 'Synchronize'))
                  AND regexp_matches(name, '^(cuda|hip)(Stream|Device|Event)Synchronize$') THEN 1
             WHEN starts_with(name, 'cudaMemcpy') OR starts_with(name, 'hipMemcpy') THEN 2
             WHEN name IN ('cudaStreamWaitEvent', 'hipStreamWaitEvent') THEN 3
             ELSE 0 END::TINYINT AS call_kind,
-       node = 'loader' AND contains(name, 'SingleProcess') AS loader_in_main
-FROM (SELECT *, max(end_ns) FILTER (WHERE node IN ('loader', 'comm_wait'))
-                    OVER (PARTITION BY rank ORDER BY start_ns, end_ns DESC
-                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS wait_end_ns
-      FROM nodes)
--- a call inside a loader wait or a blocked piece is part of that wait
-WHERE NOT (node = 'call' AND wait_end_ns IS NOT NULL AND end_ns <= wait_end_ns);
+       node = 1 AND contains(name, 'SingleProcess') AS loader_in_main
+FROM nodes;
 
 
 -- whatif_gpu_ops(run): every kernel, copy and memset, with what the fix models need to know.
 -- Columns:
 --   rank, stream, start_ns, end_ns, correlation
---   category   'compute' | 'comm' | 'memory' (gpu_activity)
---   gpu_kind   'kernel' | 'memcpy' | 'memset'
---   fp32_matmul  BOOLEAN, an FP32 matmul on CUDA cores (is_fp32_simt_matmul)
---   copy_dir   'HtoD' | 'DtoH' | ... for copies
+--   category   TINYINT: 0 compute, 1 comm, 2 memory (gpu_activity's category)
+--   is_copy    BOOLEAN, a memcpy (whatif_copy_dirs has its direction)
+--   fp32_matmul  BOOLEAN, an FP32 matmul on CUDA cores (is_fp32_simt_matmul, once per kernel name)
 --   pageable   BOOLEAN, a copy from or to pageable host memory
 CREATE OR REPLACE MACRO whatif_gpu_ops(run) AS TABLE
-SELECT rank, coalesce(stream, -1) AS stream, start_ns, end_ns, correlation, category, kind AS gpu_kind,
-       kind = 'kernel' AND is_fp32_simt_matmul(name) AS fp32_matmul,
-       CASE WHEN kind = 'memcpy' THEN copy_direction(name, args) END AS copy_dir,
-       kind = 'memcpy' AND contains(name, 'Pageable') AS pageable
-FROM gpu_activity(run);
+WITH ops AS (
+    SELECT rank, stream, start_ns, end_ns, correlation, category, kind, name FROM gpu_activity(run)
+), kernel_names AS (
+    SELECT name, is_fp32_simt_matmul(name) AS fp32_matmul FROM (SELECT DISTINCT name FROM ops WHERE kind = 'kernel')
+)
+SELECT o.rank, coalesce(o.stream, -1) AS stream, o.start_ns, o.end_ns, o.correlation,
+       CASE o.category WHEN 'comm' THEN 1 WHEN 'memory' THEN 2 ELSE 0 END::TINYINT AS category,
+       o.kind = 'memcpy' AS is_copy, coalesce(k.fp32_matmul, false) AS fp32_matmul,
+       o.kind = 'memcpy' AND contains(o.name, 'Pageable') AS pageable
+FROM ops o LEFT JOIN kernel_names k ON k.name = o.name;
+
+
+-- whatif_copy_dirs(run): each copy's direction ('HtoD' | 'DtoH' | ...: copy_direction), in the
+-- whatif_gpu_ops order of its copies (kept apart: reading every op's args costs more than the rest).
+-- Columns: rank, stream, start_ns, end_ns, correlation, copy_dir
+CREATE OR REPLACE MACRO whatif_copy_dirs(run) AS TABLE
+SELECT rank, coalesce(stream, -1) AS stream, start_ns, end_ns, correlation, copy_direction(name, args) AS copy_dir
+FROM gpu_activity(run)
+WHERE kind = 'memcpy';
 
 
 -- whatif_stream_waits(run): cross-stream edges as newer Kineto records them (cuda_sync 'Stream

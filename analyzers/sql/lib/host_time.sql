@@ -24,32 +24,37 @@ WHERE run_id = run AND dur_ns > 0
 -- Columns:
 --   rank, step        the step whose window holds the hole's start
 --   start_ns, end_ns, dur_ns
---   before_name       the traced span that ended last before the hole (what the Python follows)
---   after_name        the first traced span starting at or after the hole's end
+--   before_name       the traced span that ended where the hole starts (what the Python follows);
+--                     NULL when the hole opens the step
+--   after_name        the traced span starting where the hole ends; NULL when it closes the step
 --   recurring         BOOLEAN, holes at this place (between the same two spans) open in at least
---                     half of the rank's steps: work the loop does every step. A busy machine
---                     descheduling the process opens holes at random places instead.
+--                     two steps and half of the rank's steps, of three or more: work the loop does
+--                     every step. A busy machine descheduling the process opens holes at random
+--                     places instead; with fewer steps the two cannot be told apart.
 CREATE OR REPLACE MACRO untraced_host_time(run, min_hole_ns) AS TABLE
 WITH windows AS MATERIALIZED (
     SELECT rank AS grp, step, start_ns, end_ns FROM steps(run)
+), bounds AS (
+    SELECT grp, min(start_ns) AS lo, max(end_ns) AS hi, count(DISTINCT step) AS n_steps FROM windows GROUP BY grp
 ), spans AS MATERIALIZED (
-    SELECT rank AS grp, name, start_ns, end_ns FROM traced_host_spans(run)
-    WHERE rank IN (SELECT grp FROM windows)
-), holes AS (
+    -- only what overlaps the rank's steps
+    SELECT t.rank AS grp, t.name, t.start_ns, t.end_ns
+    FROM traced_host_spans(run) t JOIN bounds b ON b.grp = t.rank AND t.end_ns > b.lo AND t.start_ns < b.hi
+), holes AS MATERIALIZED (
     SELECT grp, start_ns, end_ns, dur_ns FROM interval_subtract('windows', 'spans') WHERE dur_ns >= min_hole_ns
-), span_ends AS (
-    SELECT grp, end_ns, arg_max(name, start_ns) AS name FROM spans GROUP BY grp, end_ns
-), span_starts AS (
-    SELECT grp, start_ns, arg_max(name, end_ns) AS name FROM spans GROUP BY grp, start_ns
+), edge_names AS (
+    -- the spans whose end opens a hole or whose start closes one (names are looked up for those only)
+    SELECT s.grp, s.start_ns, s.end_ns, s.name
+    FROM spans s JOIN (SELECT DISTINCT grp, start_ns AS t FROM holes UNION SELECT DISTINCT grp, end_ns FROM holes) e
+      ON e.grp = s.grp AND (s.end_ns = e.t OR s.start_ns = e.t)
 ), placed AS (
-    SELECT h.grp AS rank, w.step, h.start_ns, h.end_ns, h.dur_ns, b.name AS before_name, a.name AS after_name
+    SELECT h.grp AS rank, w.step, h.start_ns, h.end_ns, h.dur_ns,
+           (SELECT arg_max(n.name, n.start_ns) FROM edge_names n WHERE n.grp = h.grp AND n.end_ns = h.start_ns) AS before_name,
+           (SELECT arg_max(n.name, n.end_ns) FROM edge_names n WHERE n.grp = h.grp AND n.start_ns = h.end_ns) AS after_name
     FROM holes h
     ASOF JOIN windows w ON w.grp = h.grp AND h.start_ns >= w.start_ns
-    ASOF LEFT JOIN span_ends b ON b.grp = h.grp AND h.start_ns >= b.end_ns
-    ASOF LEFT JOIN (SELECT grp, -start_ns AS neg_start, name FROM span_starts) a
-        ON a.grp = h.grp AND -h.end_ns >= a.neg_start
-), step_counts AS (
-    SELECT grp AS rank, count(DISTINCT step) AS n_steps FROM windows GROUP BY grp
 )
-SELECT p.*, count(DISTINCT p.step) OVER (PARTITION BY p.rank, p.before_name, p.after_name) >= 0.5 * c.n_steps AS recurring
-FROM placed p JOIN step_counts c ON c.rank = p.rank;
+SELECT p.*,
+       b.n_steps >= 3 AND count(DISTINCT p.step) OVER (PARTITION BY p.rank, p.before_name, p.after_name)
+                          >= greatest(2, 0.5 * b.n_steps) AS recurring
+FROM placed p JOIN bounds b ON b.grp = p.rank;
