@@ -8,11 +8,11 @@ kind the fix addresses before/after. With --json the last stdout line is one JSO
 
 `python -m accel.demo --list [--format json]` lists the fixes.
 
-Cost of a kind = the sum of cost_pct over that kind's findings on each rank, taking the worst
-rank (for single-rank demos: the plain sum). Summing per rank because a kind may be reported
-per step or per stream; the worst rank because per-rank percentages do not add across ranks.
-None when the analyzers are not available or could not read the trace, and when they found
-nothing in a trace without GPU activity (a CPU run cannot show GPU-time costs: unknown, not 0).
+Cost of a kind = the analyzers' run_kind_costs worst_rank_pct: the sum of cost_pct over that
+kind's findings on each rank, the worst rank's (for single-rank demos: the plain sum). 0.0 when
+the analyzers found none of the kind. None when the analyzers are not available or could not read
+the trace, and when they found nothing in a trace without GPU activity (a CPU run cannot show
+GPU-time costs: unknown, not 0).
 """
 from __future__ import annotations
 
@@ -48,15 +48,12 @@ def missing_need(fix: registry.Fix, device: str) -> str | None:
     return None
 
 
-def cost_pct_of_kind(report: dict[str, Any] | None, kind: str | None) -> float | None:
-    """Worst rank's summed cost_pct of `kind` findings; 0.0 when the analyzers found none."""
-    if report is None or kind is None:
+def cost_pct_of_kind(kind_costs: dict[str, dict[str, Any]] | None, kind: str | None) -> float | None:
+    """`kind`'s worst_rank_pct in the analyzers' run_kind_costs (by kind); 0.0 when they found none,
+    None when there was no analysis."""
+    if kind_costs is None or kind is None:
         return None
-    per_rank: dict[Any, float] = {}
-    for finding in report.get("findings") or []:
-        if finding.get("kind") == kind and isinstance(finding.get("cost_pct"), (int, float)):
-            per_rank[finding.get("rank")] = per_rank.get(finding.get("rank"), 0.0) + finding["cost_pct"]
-    return max(per_rank.values()) if per_rank else 0.0
+    return (kind_costs.get(kind) or {}).get("worst_rank_pct") or 0.0
 
 
 def has_gpu_activity(report: dict[str, Any] | None) -> bool:
@@ -79,22 +76,23 @@ def whatif_of_side(report: dict[str, Any] | None, side: str, kind: str | None) -
     return out
 
 
-def analyze_trace(path: Path | None) -> tuple[dict[str, Any] | None, str | None]:
-    """Our analyzers' report for one trace (file or directory of rank files), or (None, why)."""
+def analyze_trace(path: Path | None) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]] | None, str | None]:
+    """Our analyzers' report for one trace (file or directory of rank files) and what each finding
+    kind costs it (run_kind_costs, by kind), or (None, None, why)."""
     if path is None:
-        return None, "no trace written"
+        return None, None, "no trace written"
     try:
-        from analyzers.api import analyze_paths
+        from analyzers.api import analyze_paths_with_kind_costs
     except ImportError as exc:
-        return None, f"analyzers not available ({exc})"
+        return None, None, f"analyzers not available ({exc})"
     try:
-        report = analyze_paths([str(path)])
+        report, kind_costs = analyze_paths_with_kind_costs([str(path)])
     except Exception as exc:  # the demo's figures stay useful even if analysis fails
-        return None, f"analysis of {path} failed: {type(exc).__name__}: {exc}"
+        return None, None, f"analysis of {path} failed: {type(exc).__name__}: {exc}"
     if not report.get("run"):
         problems = "; ".join(f"{e.get('file')}: {e.get('error')}" for e in report.get("errors") or [])
-        return None, f"the analyzers could not load {path}: {problems or 'no reason given'}"
-    return report, None
+        return None, None, f"the analyzers could not load {path}: {problems or 'no reason given'}"
+    return report, kind_costs, None
 
 
 def run_demo(fix_id: str, out_dir: Path, device: str | None = None,
@@ -127,9 +125,9 @@ def run_demo(fix_id: str, out_dir: Path, device: str | None = None,
     data["analysis_notes"] = []
     if result.skipped is None:
         for side, trace in (("before", result.trace_before), ("after", result.trace_after)):
-            report, problem = analyze_trace(trace)
+            report, kind_costs, problem = analyze_trace(trace)
             data.update(whatif_of_side(report, side, result.finding_kind))
-            cost = cost_pct_of_kind(report, result.finding_kind)
+            cost = cost_pct_of_kind(kind_costs, result.finding_kind)
             if cost == 0.0 and not has_gpu_activity(report) and not _measured_without_gpu(result.finding_kind):
                 # Nothing found where nothing GPU-side could be measured: unknown, not zero.
                 cost = None

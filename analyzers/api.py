@@ -61,9 +61,27 @@ def analyze_paths(paths: Iterable[str | os.PathLike], db_path: str | os.PathLike
 
     When nothing could be loaded the report has an empty run and the errors.
     """
+    return _analyze_paths(paths, db_path, name, kind_costs=False)[0]
+
+
+def analyze_paths_with_kind_costs(paths: Iterable[str | os.PathLike], db_path: str | os.PathLike = ":memory:",
+                                  name: str | None = None) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """analyze_paths' report and what each finding kind costs the run (queries.run_kind_costs, by
+    kind; empty when nothing loaded)."""
+    return _analyze_paths(paths, db_path, name, kind_costs=True)
+
+
+def _analyze_paths(paths: Iterable[str | os.PathLike], db_path: str | os.PathLike, name: str | None,
+                   kind_costs: bool) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     con = connect(db_path)
     try:
         outcome = ingest_and_analyze(con, paths, name=name)
-        return outcome.report if outcome.report is not None else empty_report(outcome.errors)
+        if outcome.report is None:
+            return empty_report(outcome.errors), {}
+        if not kind_costs:
+            return outcome.report, {}
+        from analyzers.read.queries import run_kind_costs
+
+        return outcome.report, run_kind_costs(con, outcome.ingest.run_id)
     finally:
         con.close()

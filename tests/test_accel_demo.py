@@ -130,16 +130,23 @@ def test_dataloader_tuning_demo_end_to_end(tmp_path):
 
 
 def test_cost_of_a_kind_sums_per_rank_and_takes_the_worst_rank():
-    report = {"findings": [
-        {"kind": "launch_gap", "rank": 0, "cost_pct": 10.0},
-        {"kind": "launch_gap", "rank": 0, "cost_pct": 5.5},
-        {"kind": "launch_gap", "rank": 1, "cost_pct": 12.0},
-        {"kind": "h2d_stall", "rank": 1, "cost_pct": 40.0},
-        {"kind": "launch_gap", "rank": 2, "cost_pct": None},
-    ]}
-    assert demo.cost_pct_of_kind(report, "launch_gap") == pytest.approx(15.5)
-    assert demo.cost_pct_of_kind(report, "comm_exposed") == 0.0
+    from analyzers.read import queries
+    from analyzers.store.database import connect
+
+    con = connect(":memory:")
+    try:
+        for n, (kind, rank, pct) in enumerate([("launch_gap", 0, 10.0), ("launch_gap", 0, 5.5),
+                                              ("launch_gap", 1, 12.0), ("h2d_stall", 1, 40.0),
+                                              ("launch_gap", 2, None)]):
+            con.execute("INSERT INTO findings (run_id, finding_id, kind, severity, rank, cost_ns, cost_pct) "
+                        "VALUES ('run', ?, ?, 'high', ?, 1000000, ?)", [f"f{n}", kind, rank, pct])
+        kind_costs = queries.run_kind_costs(con, "run")
+    finally:
+        con.close()
+    assert demo.cost_pct_of_kind(kind_costs, "launch_gap") == pytest.approx(15.5)
+    assert demo.cost_pct_of_kind(kind_costs, "comm_exposed") == 0.0
     assert demo.cost_pct_of_kind(None, "launch_gap") is None
+    assert kind_costs["launch_gap"]["findings"] == 4 and kind_costs["launch_gap"]["cost_ns"] == pytest.approx(4e6)
 
 
 def test_gpu_activity_is_read_from_the_rank_breakdown():

@@ -75,16 +75,22 @@ def _open_compare(monkeypatch, db, before: str, after: str):
 
 
 def test_the_change_in_step_time_reads_faster_or_slower_with_both_step_times(hand_built, monkeypatch):
-    at = _open_compare(monkeypatch, hand_built, BEFORE_RUN, AFTER_RUN)   # 8.67 ms -> 8.00 ms
+    con = connect(hand_built)
+    try:
+        _add_gpu_run(con, "ten_ms_steps", 1, 2)
+    finally:
+        con.close()
+    # BEFORE_RUN's mean step is the mean over its ranks of each rank's mean: (10 + 6) / 2 = 8 ms
+    at = _open_compare(monkeypatch, hand_built, "ten_ms_steps", BEFORE_RUN)   # 10.00 ms -> 8.00 ms
     ratio = next(m for m in at.metric if m.label == "After vs before (mean step)")
-    assert ratio.value == "1.08× faster"
-    assert ratio.delta == "8.67 → 8.00 ms per step"
+    assert ratio.value == "1.25× faster"
+    assert ratio.delta == "10.00 → 8.00 ms per step"
     assert Metric.MetricColor.Name(ratio.proto.color) == "GREEN"
 
-    at = _open_compare(monkeypatch, hand_built, AFTER_RUN, BEFORE_RUN)   # the same two runs swapped
+    at = _open_compare(monkeypatch, hand_built, BEFORE_RUN, "ten_ms_steps")   # the same two runs swapped
     ratio = next(m for m in at.metric if m.label == "After vs before (mean step)")
-    assert ratio.value == "1.08× slower"
-    assert ratio.delta == "8.00 → 8.67 ms per step"
+    assert ratio.value == "1.25× slower"
+    assert ratio.delta == "8.00 → 10.00 ms per step"
     assert Metric.MetricColor.Name(ratio.proto.color) == "RED"
 
 

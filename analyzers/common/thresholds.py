@@ -179,14 +179,15 @@ TENSOR_CORE_SPEEDUP = 8.0
 # A kernel runs on tensor cores when its name contains one of these: the PyTorch Profiler
 # TensorBoard plugin's list (kineto tb_plugin/torch_tb_profiler/profiler/tensor_core.py, from
 # NVIDIA PyProf's tc.py), plus what newer libraries name their tensor-core kernels: CUTLASS
-# 'tensorop', TF32 'tf32', WMMA 'wmma', Hopper warpgroup MMA 'gmma', and the FlashAttention /
-# xFormers attention kernels built on MMA ('flash_fwd', 'flash_bwd', 'fmha'). FP32 CUDA-core
-# matmuls (lib is_fp32_simt_matmul, the fp32_matmul finding's rule) are never counted.
+# 'tensorop', WMMA 'wmma', Hopper warpgroup MMA 'gmma', and the FlashAttention / xFormers
+# attention kernels built on MMA ('flash_fwd', 'flash_bwd', 'fmha'). TF32 kernels are the SQL
+# library's is_tf32_kernel (is_tensor_core_kernel adds them); FP32 CUDA-core matmuls (lib
+# is_fp32_simt_matmul, the fp32_matmul finding's rule) are never counted.
 TENSOR_CORE_KERNEL_PATTERNS = (
     "h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "dgrad_1x1_stride_2x2", "first_layer_wgrad_kernel",
     "conv1x1", "conv2d_c1_k1", "direct_group", "xmma_implicit_gemm", "xmma_sparse_conv",
     "xmma_warp_specialized_implicit_gemm", "xmma_gemm", "xmma_sparse_gemm", "c1688",
-    "tensorop", "tf32", "wmma", "gmma", "flash_fwd", "flash_bwd", "fmha",
+    "tensorop", "wmma", "gmma", "flash_fwd", "flash_bwd", "fmha",
 )
 # CPU ops that can run on tensor cores (matmuls, convolutions, RNN cells, attention): the
 # TensorBoard plugin's TC_OP_Allowlist (from ATen's autocast lower-precision list), plus the ops

@@ -171,25 +171,13 @@ def timeline_window(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, t1_
           AND ts_ns < $t1 AND ts_ns + dur_ns > $t0
           AND ($ranks IS NULL OR list_contains($ranks, rank))
     ),
-    -- nesting: walk each lane's starts and ends in time order (ends before starts at the same
-    -- instant, the longer of two events starting together first); the events open when one
-    -- starts enclose it. A zero-length event closes right after it opens.
-    edges AS (
-        SELECT event_no, rank, is_gpu, lane_pid, lane_tid, ts_ns AS t, 1 AS step, 1 AS tie, end_ns - ts_ns AS len
-        FROM win
-        UNION ALL
-        SELECT event_no, rank, is_gpu, lane_pid, lane_tid, end_ns, -1, CASE WHEN end_ns = ts_ns THEN 2 ELSE 0 END, 0
-        FROM win
-    ),
-    open_count AS (
-        SELECT event_no, step,
-               sum(step) OVER (PARTITION BY rank, is_gpu, lane_pid, lane_tid
-                               ORDER BY t, tie, len DESC, event_no ROWS UNBOUNDED PRECEDING) - 1 AS depth
-        FROM edges
+    -- nesting within each lane: lib/intervals.sql interval_depth
+    lane_events AS (
+        SELECT (rank, is_gpu, lane_pid, lane_tid) AS grp, event_no AS id, ts_ns AS start_ns, end_ns FROM win
     ),
     nested AS (
-        SELECT w.*, least(greatest(o.depth, 0), $max_depth)::INTEGER AS depth
-        FROM win w JOIN open_count o ON o.event_no = w.event_no AND o.step = 1
+        SELECT w.*, least(greatest(d.depth, 0), $max_depth)::INTEGER AS depth
+        FROM win w JOIN interval_depth('lane_events') d ON d.id = w.event_no
     ),
     long_events AS (
         SELECT rank, is_gpu, lane_pid, lane_tid, depth, kind, name, ts_ns AS start_ns, end_ns, 1 AS n_events, stream
@@ -474,6 +462,15 @@ def run_notes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return all_run_notes(con, run_id)
 
 
+def run_kind_costs(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[str, Any]]:
+    """What each finding kind costs the run (metrics/kind_costs.sql run_kind_costs), by kind: findings,
+    cost_ns (root causes' ns per step), worst_pct, worst_rank_pct (the worst rank's summed cost_pct),
+    cost_bytes."""
+    cur = ensure_loaded(con).execute("SELECT * FROM run_kind_costs($run_id) ORDER BY kind", {"run_id": run_id})
+    columns = [d[0] for d in cur.description]
+    return {row[0]: dict(zip(columns[1:], row[1:])) for row in cur.fetchall()}
+
+
 def finding_counts(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Per run: number of findings and the costliest one's % of step time (for the run list)."""
     return _frame(
@@ -523,18 +520,17 @@ def compare_runs(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str
     finding per cause; consequences not added), *_pct its % of step time and *_bytes a memory
     finding's bytes (None for the others); {"memory": peak_allocated_/peak_reserved_ before/after:
     the highest over ranks and devices (memory_device_summary; None without [memory] events)}; and {"steps": frame(run,
-    steps, mean_step_ms, compute_ms, comm_exposed_ms, memory_ms, idle_ms)} the mean step over
-    all ranks and steps of each run; and {"delta": {<part>_before, <part>_after, <part>_delta for
+    steps, mean_step_ms, compute_ms, comm_exposed_ms, memory_ms, idle_ms)} each run's mean step
+    (run_step_breakdown: the mean over ranks of each rank's mean, steps over all ranks); and {"delta": {<part>_before, <part>_after, <part>_delta for
     mean_step_ms, compute_ms, comm_exposed_ms, memory_ms, idle_ms; speedup = before / after mean step,
     slowdown = after / before mean step}} (values None where a run has no steps).
     """
     kinds = _frame(con, """
         WITH costs AS (
-            -- a consequence (caused_by) is its cause's cost again: not added
-            SELECT run_id, kind, coalesce(sum(cost_ns) FILTER (WHERE caused_by IS NULL), 0) / 1e6 AS cost_ms,
-                   max(cost_pct) AS worst_pct, count(*) AS n,
-                   max(TRY_CAST(json_extract(metrics, '$.cost_bytes') AS BIGINT)) AS cost_bytes
-            FROM findings WHERE run_id IN ($before, $after) GROUP BY ALL
+            SELECT $before AS run_id, kind, cost_ns / 1e6 AS cost_ms, worst_pct, findings AS n, cost_bytes
+            FROM run_kind_costs($before)
+            UNION ALL
+            SELECT $after, kind, cost_ns / 1e6, worst_pct, findings, cost_bytes FROM run_kind_costs($after)
         ),
         kinds AS (SELECT DISTINCT kind FROM costs)
         SELECT k.kind,
@@ -549,12 +545,11 @@ def compare_runs(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str
         ORDER BY greatest(coalesce(b.cost_ms, 0), coalesce(a.cost_ms, 0)) DESC, k.kind
     """, {"before": run_before, "after": run_after})
     steps = _frame(con, """
-        WITH both_runs AS (SELECT 'before' AS run, * FROM step_breakdown($before)
-                           UNION ALL SELECT 'after', * FROM step_breakdown($after))
-        SELECT run, count(*) AS steps, avg(step_ns) / 1e6 AS mean_step_ms, avg(compute_ns) / 1e6 AS compute_ms,
-               avg(comm_exposed_ns) / 1e6 AS comm_exposed_ms, avg(memory_ns) / 1e6 AS memory_ms,
-               avg(idle_ns) / 1e6 AS idle_ms
-        FROM both_runs GROUP BY run ORDER BY run DESC
+        WITH both_runs AS (SELECT 'before' AS run, * FROM run_step_breakdown($before)
+                           UNION ALL SELECT 'after', * FROM run_step_breakdown($after))
+        SELECT run, steps, step_ns / 1e6 AS mean_step_ms, compute_ns / 1e6 AS compute_ms,
+               comm_exposed_ns / 1e6 AS comm_exposed_ms, memory_ns / 1e6 AS memory_ms, idle_ns / 1e6 AS idle_ms
+        FROM both_runs WHERE ranks > 0 ORDER BY run DESC
     """, {"before": run_before, "after": run_after})
     parts = ("mean_step_ms", "compute_ms", "comm_exposed_ms", "memory_ms", "idle_ms")
     deltas = duckdb.query_df(steps, "steps", "SELECT " + ", ".join(

@@ -146,8 +146,8 @@ def ensure_loaded(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 # those read) come before them and ACROSS_RANK_VIEWS (collectives matched across ranks, the
 # straggler) after them, both on the whole run.
 RUN_FACTS = ("profiler_step_names",)
-RANK_VIEWS = ("steps", "sync_calls", "dataloader_spans", "untraced_host_time", "gpu_activity", "launches", "copies", "collectives",
-              "rank_breakdown", "rank_gpu_work", "memory_events", "memory_allocations")
+RANK_VIEWS = ("steps", "sync_calls", "dataloader_spans", "untraced_host_time", "gpu_activity", "launches", "copies",
+              "collectives", "rank_breakdown", "rank_step_costs", "rank_gpu_work", "memory_events", "memory_allocations")
 ACROSS_RANK_VIEWS = ("collective_instances", "rank_balance")
 CACHED_VIEWS = RUN_FACTS + RANK_VIEWS + ACROSS_RANK_VIEWS
 # The thresholds (analyzers/common/thresholds.py names) a cached view takes after the run id.

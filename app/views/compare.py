@@ -54,8 +54,9 @@ elif cpu_only:
 n_ranks = {side: len(devices[run_id]) for side, run_id in (("before", before), ("after", after))}
 if n_ranks["before"] and n_ranks["after"] and n_ranks["before"] != n_ranks["after"]:
     st.warning(f"The runs have different numbers of ranks ({ui.count(n_ranks['before'], 'rank')} before, "
-               f"{n_ranks['after']} after): the per-step figures are means over ranks and steps, and a kind's cost "
-               "is its worst rank's per step (one finding per cause), so neither grows with the number of ranks.")
+               f"{n_ranks['after']} after): the per-step figures are means over ranks of each rank's mean step, "
+               "and a kind's cost is its worst rank's per step (one finding per cause), so neither grows with the "
+               "number of ranks.")
 job_sizes = {side: infos[run_id].get("world_size") for side, run_id in (("before", before), ("after", after))}
 if n_ranks["before"] == n_ranks["after"] and job_sizes["before"] != job_sizes["after"] and all(job_sizes.values()):
     st.caption(f"Both runs hold {ui.count(n_ranks['before'], 'rank file')}, from jobs of {job_sizes['before']} "
@@ -81,7 +82,8 @@ else:
     cols[0].metric(ratio_label, verdict,
                    f"{delta['mean_step_ms_before']:,.2f} → {delta['mean_step_ms_after']:,.2f} ms per step",
                    delta_color=color, delta_arrow="off",
-                   help="the after run's mean step time against the before run's (over all ranks and steps): "
+                   help="the after run's mean step time against the before run's (the mean over ranks of each "
+                        "rank's mean step): "
                         "before → after")
 for col, (part, title) in zip(cols[1:], [("mean_step_ms", "Mean step time"), ("compute_ms", "Compute / step"),
                                          ("comm_exposed_ms", "Comm not hidden / step"), ("idle_ms", "GPU idle / step")]):

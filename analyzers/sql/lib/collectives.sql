@@ -52,3 +52,18 @@ FROM (
                 ELSE 1.0 END AS bus_factor
     FROM sized
 );
+
+
+-- collective_algbw_gbps(bytes, dur_ns), collective_busbw_gbps(bytes, bus_factor, dur_ns):
+-- AGGREGATES, DOUBLE GB/s (bytes per ns) over a group of collective instances: nccl-tests' algbw
+-- (bytes / time) and busbw (bytes x bus_factor / time) of the instances that carry what the
+-- numerator needs (a byte count; and a bus factor) and a positive duration (pass true_dur_ns:
+-- the transfer, waiting excluded). Time of instances without a size is left out of the
+-- denominator too; NULL when no instance qualifies. The one definition comm_by_collective and
+-- comm_exposure read.
+CREATE OR REPLACE MACRO collective_algbw_gbps(bytes, dur_ns) AS
+    sum(bytes) FILTER (WHERE dur_ns > 0)
+        / nullif(sum(dur_ns) FILTER (WHERE bytes IS NOT NULL AND dur_ns > 0), 0);
+CREATE OR REPLACE MACRO collective_busbw_gbps(bytes, bus_factor, dur_ns) AS
+    sum(bytes * bus_factor) FILTER (WHERE dur_ns > 0 AND bus_factor IS NOT NULL)
+        / nullif(sum(dur_ns) FILTER (WHERE bytes IS NOT NULL AND bus_factor IS NOT NULL AND dur_ns > 0), 0);

@@ -3,6 +3,7 @@
 -- Columns:
 --   run_id, rank, device, stream, name, start_ns, end_ns, dur_ns, correlation, counted
 --   direction   'HtoD' | 'DtoH' | 'DtoD' | 'HtoH' | 'PtoP' ... (from the name, else args.kind)
+--   host_to_device  BOOLEAN, is_h2d_copy: a host-to-device copy
 --   src_memory, dst_memory  'Pageable' | 'Pinned' | 'Device' | 'Host' ... (from "(A -> B)"), NULL if absent
 --   pageable    BOOLEAN, either side is pageable host memory (the copy is staged and blocks the host)
 --   bytes       NULL where the trace does not say
@@ -13,7 +14,7 @@
 --               `.item()`/`.cpu()` and `.to(device)` from pageable memory do; hipMemcpyWithStream)
 CREATE OR REPLACE MACRO copies(run) AS TABLE
 SELECT g.run_id, g.rank, g.device, g.stream, g.name, g.start_ns, g.end_ns, g.dur_ns, g.correlation, g.counted,
-       copy_direction(g.name, g.args) AS direction,
+       copy_direction(g.name, g.args) AS direction, is_h2d_copy(g.kind, g.name, g.args) AS host_to_device,
        nullif(regexp_extract(g.name, '\((\w+)\s*->\s*(\w+)\)', 1), '') AS src_memory,
        nullif(regexp_extract(g.name, '\((\w+)\s*->\s*(\w+)\)', 2), '') AS dst_memory,
        coalesce(src_memory = 'Pageable' OR dst_memory = 'Pageable', false) AS pageable,

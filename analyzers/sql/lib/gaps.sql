@@ -157,11 +157,10 @@ WITH act_dev AS (
     -- sync's latency, not for its bytes: a host sync, whatever call issued it
     SELECT {'rank': rank, 'what': CASE WHEN coalesce(bytes, 9223372036854775807) < library_threshold('TINY_COPY_MAX_BYTES')
                                        THEN 'sync' ELSE 'h2d' END}, launch_start_ns, launch_end_ns
-    FROM l
-    WHERE l.gpu_kind = 'memcpy' AND regexp_matches(l.gpu_name, '^Memcpy\s+HtoD')
-      AND (contains(l.gpu_name, 'Pageable') OR NOT contains(lower(l.launch_name), 'async'))
+    FROM copies(run)
+    WHERE counted AND host_to_device AND launch_start_ns IS NOT NULL AND (pageable OR synchronous)
       -- a copy node replayed by a graph launch: the launch call is asynchronous, not a staging copy
-      AND NOT contains(l.launch_name, 'GraphLaunch')
+      AND NOT contains(launch_name, 'GraphLaunch')
     UNION ALL
     SELECT {'rank': rank, 'what': 'sync'}, start_ns, end_ns FROM sync_calls(run)
     UNION ALL

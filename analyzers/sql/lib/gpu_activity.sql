@@ -103,6 +103,12 @@ WHERE launch_start_ns IS NOT NULL;
 CREATE OR REPLACE MACRO copy_direction(name, args) AS
     coalesce(nullif(regexp_extract(name, '^Memcpy\s+(\w+)', 1), ''), json_extract_string(args, '$.kind'));
 
+-- is_h2d_copy(kind, name, args): BOOLEAN, GPU activity (events.kind, name, args) that is a
+-- host-to-device copy (copy_direction 'HtoD'). The one H2D rule: copies.host_to_device, the H2D
+-- columns of rank_breakdown, h2d_stall and the idle-gap cause 'h2d_copy' read it.
+CREATE OR REPLACE MACRO is_h2d_copy(kind, name, args) AS
+    kind = 'memcpy' AND coalesce(copy_direction(name, args) = 'HtoD', false);
+
 
 -- graph_capture_windows(run): host time spent capturing work into a CUDA/HIP graph, from each
 -- cudaStreamBeginCapture (hipStreamBeginCapture, ...ToGraph) to the next EndCapture on the same

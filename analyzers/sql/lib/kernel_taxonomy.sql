@@ -42,6 +42,14 @@ CREATE OR REPLACE MACRO is_fp32_simt_matmul(name) AS
     AND NOT regexp_matches(lower(name), '(tensorop|tf32|hmma|wmma|bf16|f16|fp16|half|1688|16816|884)');
 
 
+-- is_tf32_kernel(name): BOOLEAN, a kernel running FP32 data on TF32 tensor cores (CUTLASS/xmma
+-- names spell 'tf32', e.g. sm80_xmma_gemm_f32f32_tf32f32_f32; cuBLAS's TF32 tensor ops are
+-- tensorop_s1688 / tensorop_s16816). The one TF32 rule: kernel_dtype, is_tensor_core_kernel and
+-- the fp32_matmul finding's "TF32 is already on" read it.
+CREATE OR REPLACE MACRO is_tf32_kernel(name) AS
+    contains(name, 'tf32') OR regexp_matches(name, 'tensorop_s(1688|16816)');
+
+
 -- is_comm_kernel(name): a communication kernel (the comm rows of the table above). HTA's rule
 -- ('^nccl.*Kernel') first; the other libraries' names after it. starts_with/contains first: cheap
 -- tests that reject every other kernel before a regex.
@@ -81,7 +89,7 @@ CREATE OR REPLACE MACRO kernel_dtype(name) AS
                    WHEN starts_with(tensile_dtype_token(name), 'H') THEN 'fp16'
                    WHEN starts_with(tensile_dtype_token(name), 'B') THEN 'bf16' END
          WHEN regexp_matches(name, '(?i)(bf16|bfloat16)') THEN 'bf16'
-         WHEN contains(name, 'tf32') THEN 'tf32'
+         WHEN is_tf32_kernel(name) THEN 'tf32'
          WHEN regexp_matches(name, '(?i)(fp16|f16|half|h1688|h884|h16816)') THEN 'fp16'
          WHEN regexp_matches(name, '(i8816|imma|int8)') THEN 'int8'
          WHEN is_fp32_simt_matmul(name) OR regexp_matches(name, '<float[,>]') THEN 'fp32' END;
@@ -120,8 +128,9 @@ CREATE OR REPLACE MACRO kernel_family(name) AS
 
 -- is_tensor_core_kernel(name, patterns): a kernel whose name says it runs on tensor / matrix cores:
 -- it contains one of `patterns` (thresholds.TENSOR_CORE_KERNEL_PATTERNS, passed by the caller: the
--- TensorBoard plugin's list and its successors) or is_matrix_core_name says so, and it is not an
--- FP32 CUDA-core matmul (xmma names say 'xmma_gemm' also for FP32 math).
+-- TensorBoard plugin's list and its successors), is_tf32_kernel or is_matrix_core_name says so, and
+-- it is not an FP32 CUDA-core matmul (xmma names say 'xmma_gemm' also for FP32 math).
 CREATE OR REPLACE MACRO is_tensor_core_kernel(name, patterns) AS
-    (list_bool_or(list_transform(patterns, lambda p: contains(name, p))) OR is_matrix_core_name(name))
+    (list_bool_or(list_transform(patterns, lambda p: contains(name, p))) OR is_tf32_kernel(name)
+     OR is_matrix_core_name(name))
     AND NOT is_fp32_simt_matmul(name);

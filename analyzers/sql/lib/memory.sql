@@ -78,7 +78,7 @@ WITH ev AS (
     FROM events e
     WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns IS NOT NULL AND e.dur_ns >= 0
       AND e.rank IN (SELECT DISTINCT rank FROM ev)
-      AND NOT (starts_with(e.name, 'ProfilerStep') AND regexp_matches(e.name, '^ProfilerStep\s*#\s*\d+'))
+      AND NOT is_profiler_step(e.name)
 ), nodes AS (
     SELECT thread, start_ns AS t, 1 AS ord, -end_ns AS tie, 1 AS delta, NULL::BIGINT AS seq, rank
     FROM ops WHERE dur_ns > 0

@@ -1,4 +1,4 @@
--- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/gpu_steps.sql lib/collectives.sql
+-- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/gpu_steps.sql lib/step_costs.sql lib/collectives.sql
 -- Rank balance: which rank the others wait for, and what it costs them.
 --
 -- A collective finishes on every rank at (about) the same moment: when the last rank has
@@ -202,7 +202,8 @@ WITH act AS MATERIALIZED (
 ), compute_union AS (
     SELECT grp AS rank, union_ns AS compute_ns FROM interval_union_total('compute_act')
 ), comm_union AS (
-    SELECT grp AS rank, union_ns AS comm_ns FROM interval_union_total('comm_act')
+    -- communication inside the steps: rank_step_costs' (the ranks table's comm per step)
+    SELECT rank, comm_in_steps_ns AS comm_ns FROM rank_step_costs(run)
 ), exposed_pieces AS MATERIALIZED (
     SELECT grp, start_ns, end_ns, dur_ns FROM interval_subtract('comm_act', 'compute_act')
 ), comm_exposed AS (

@@ -6,10 +6,8 @@ CREATE OR REPLACE MACRO comm_by_collective(run) AS TABLE
 SELECT rank, collective, count(*) AS instances, count(bytes) AS sized_instances,
        sum(bytes) AS total_bytes, avg(bytes) AS mean_bytes,
        sum(true_dur_ns) AS true_ns, sum(wait_ns) FILTER (WHERE matched) AS wait_ns,
-       sum(bytes) FILTER (WHERE true_dur_ns > 0)
-           / nullif(sum(true_dur_ns) FILTER (WHERE bytes IS NOT NULL AND true_dur_ns > 0), 0) AS algbw_gbps,
-       sum(bytes * bus_factor) FILTER (WHERE true_dur_ns > 0 AND bus_factor IS NOT NULL)
-           / nullif(sum(true_dur_ns) FILTER (WHERE bus_factor IS NOT NULL AND true_dur_ns > 0), 0) AS busbw_gbps,
+       collective_algbw_gbps(bytes, true_dur_ns) AS algbw_gbps,
+       collective_busbw_gbps(bytes, bus_factor, true_dur_ns) AS busbw_gbps,
        max(group_size) AS group_size
 FROM collective_instances(run)
 WHERE source = 'gpu'

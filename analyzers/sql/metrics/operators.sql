@@ -286,7 +286,7 @@ LEFT JOIN windows w ON w.grp_rank IS NOT DISTINCT FROM p.grp_rank;
 -- with_modules / with_stack traces' python_function events 'nn.Module: Foo_0' and from
 -- record_function ranges (user_annotation, ProfilerStep#N left out). A scope's path is the scopes
 -- around it on the same rank and thread ('DistributedDataParallel.forward/ResNet_0/Conv2d_1');
--- the same nesting sweep as cpu_op_instances; the whole run, as there, counts the scopes starting
+-- nested by interval_depth (lib/intervals.sql); the whole run, as in cpu_op_instances, counts the scopes starting
 -- in the rank's host steps. No rows when the trace has neither.
 -- Columns:
 --   rank (NULL unless by_rank), path, name (its last part), source ('module' | 'annotation'),
@@ -316,17 +316,13 @@ WITH RECURSIVE windows AS MATERIALIZED (
     WHERE EXISTS (SELECT 1 FROM windows WHERE whole_run)
 ), starts_in_steps AS (
     SELECT scope_id FROM interval_clip('whole_run_starts', 'host_steps')
-), nodes AS (
-    SELECT rank, tid, start_ns AS t, 1 AS ord, -end_ns AS tie, 1 AS delta, scope_id FROM scopes
-    UNION ALL
-    SELECT rank, tid, end_ns, 0, 0, -1, scope_id FROM scopes
-), swept AS (
-    SELECT *, sum(delta) OVER running - delta AS parent_depth, row_number() OVER running AS seq
-    FROM nodes
-    WINDOW running AS (PARTITION BY rank, tid ORDER BY t, ord, tie ROWS UNBOUNDED PRECEDING)
+), thread_scopes AS (
+    SELECT hash(rank, tid) AS grp, scope_id AS id, start_ns, end_ns FROM scopes
 ), starts AS MATERIALIZED (
-    SELECT s.rank, s.tid, s.seq, s.parent_depth, s.parent_depth + 1 AS depth, s.scope_id, s.t, sc.end_ns
-    FROM swept s JOIN scopes sc ON sc.scope_id = s.scope_id WHERE s.ord = 1
+    -- nesting on each rank and thread: lib/intervals.sql interval_depth
+    SELECT sc.rank, sc.tid, d.seq, d.depth AS parent_depth, d.depth + 1 AS depth, sc.scope_id,
+           sc.start_ns AS t, sc.end_ns
+    FROM interval_depth('thread_scopes') d JOIN scopes sc ON sc.scope_id = d.id
 ), parents AS (
     SELECT c.scope_id, p.scope_id AS parent_id
     FROM (SELECT * FROM starts WHERE parent_depth > 0) c

@@ -1,4 +1,4 @@
--- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/gpu_steps.sql lib/rank_balance.sql
+-- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/gpu_steps.sql lib/step_costs.sql lib/rank_balance.sql
 -- Per-rank figures, with Holistic Trace Analysis' definitions so that they can be
 -- checked against HTA's own output (tests/test_hta_agreement.py).
 
@@ -19,7 +19,7 @@
 --   comm_overlap_ns  union(comm) ∩ union(compute)
 --   h2d_ns           summed duration of host-to-device copies
 --   (whole-trace totals by HTA's rules: divided by steps_divisor they are no per-step figure on a
---   rank whose steps leave out start-up or a tail; rank_step_costs below has those)
+--   rank whose steps leave out start-up or a tail; rank_step_costs (lib/step_costs.sql) has those)
 --   gpu_events       number of counted GPU activities
 CREATE OR REPLACE MACRO rank_breakdown(run) AS TABLE
 WITH act AS (
@@ -50,10 +50,10 @@ WITH act AS (
     LEFT JOIN interval_union_total('comm_act') m ON m.grp = span.grp
     LEFT JOIN interval_union_total('compute_or_comm') cm ON cm.grp = span.grp
 ), h2d AS (
-    -- copies(run)'s direction, without its launch join
+    -- copies(run)'s host_to_device, without its launch join
     SELECT rank AS grp, sum(dur_ns) AS h2d_ns
     FROM gpu_activity(run)
-    WHERE counted AND kind = 'memcpy' AND copy_direction(name, args) = 'HtoD'
+    WHERE counted AND is_h2d_copy(kind, name, args)
     GROUP BY rank
 ), step_stats AS (
     SELECT rank AS grp, count(*) AS n_steps, avg(dur_ns) AS mean_step_ns FROM steps(run) GROUP BY rank
@@ -79,36 +79,7 @@ LEFT JOIN h2d ON h2d.grp = r.rank
 WHERE r.run_id = run;
 
 
--- rank_step_costs(run): per rank with counted GPU activity, the totals that per-step figures
--- divide by rank_breakdown's steps_divisor: only what lies inside the rank's steps on the GPU
--- clock (gpu_steps(run); a rank without steps: its pseudo-step over the GPU span), so that
--- ProfilerSteps and inferred iterations give the same figure per step and start-up, or a tail
--- after the last step, is no step's cost. Beside rank_breakdown, not in it: its whole-trace
--- figures are HTA's (checked against HTA), and it stays free of the GPU-clock steps' launch join.
--- Columns:
---   rank
---   comm_in_steps_ns  union of communication kernels inside the steps (the ranks table's comm / step)
---   h2d_in_steps_ns   summed host-to-device copy time inside the steps (the ranks table's H2D / step;
---                     h2d_summary's copy_in_steps_ns reads it)
-CREATE OR REPLACE MACRO rank_step_costs(run) AS TABLE
-WITH act AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns, category, kind = 'memcpy' AND copy_direction(name, args) = 'HtoD' AS h2d
-    FROM gpu_activity(run) WHERE counted
-), windows AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns FROM gpu_steps(run)
-), comm_act AS (
-    SELECT grp, start_ns, end_ns FROM act WHERE category = 'comm'
-), comm_in_steps AS (
-    SELECT grp, start_ns, end_ns FROM interval_clip('comm_act', 'windows')
-), h2d_act AS (
-    SELECT grp, start_ns, end_ns FROM act WHERE h2d
-), h2d_in_steps AS (
-    SELECT grp, sum(end_ns - start_ns) AS h2d_ns FROM interval_clip('h2d_act', 'windows') GROUP BY grp
-)
-SELECT r.grp AS rank, coalesce(m.union_ns, 0) AS comm_in_steps_ns, coalesce(h.h2d_ns, 0) AS h2d_in_steps_ns
-FROM (SELECT DISTINCT grp FROM act) r
-LEFT JOIN interval_union_total('comm_in_steps') m ON m.grp = r.grp
-LEFT JOIN h2d_in_steps h ON h.grp = r.grp;
+-- rank_step_costs(run): see lib/step_costs.sql (the per-step totals rank_summary divides).
 
 
 -- rank_summary(run): the report's and the Overview's ranks table, one row per rank, from

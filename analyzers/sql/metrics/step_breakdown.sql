@@ -81,14 +81,28 @@ FROM step_breakdown(run)
 GROUP BY rank;
 
 
+-- run_step_breakdown(run): the run's mean step and its parts, one row: the mean over ranks of
+-- rank_step_breakdown's per-rank means, so every rank weighs the same whatever its number of steps
+-- (the parts still add up to step_ns). What Compare sets side by side.
+-- Columns:
+--   ranks    BIGINT  ranks with a step (0: none; the means are then NULL)
+--   steps    BIGINT  steps over all those ranks
+--   step_ns, compute_ns, comm_exposed_ns, memory_ns, idle_ns, comm_ns   DOUBLE, ns per step
+CREATE OR REPLACE MACRO run_step_breakdown(run) AS TABLE
+SELECT count(*) AS ranks, coalesce(sum(steps), 0)::BIGINT AS steps, avg(step_ns) AS step_ns,
+       avg(compute_ns) AS compute_ns, avg(comm_exposed_ns) AS comm_exposed_ns, avg(memory_ns) AS memory_ns,
+       avg(idle_ns) AS idle_ns, avg(comm_ns) AS comm_ns
+FROM (SELECT * FROM rank_step_breakdown(run) ORDER BY rank);
+
+
 -- run_summary(run): the run-wide figures the Overview shows, one row.
 -- Columns:
 --   host_step_ms  DOUBLE   run_mean_step: the mean over ranks of each rank's mean host step, ms
---   gpu_step_ms   DOUBLE   the mean over ranks of each rank's mean GPU-clock step (rank_step_breakdown), ms
+--   gpu_step_ms   DOUBLE   run_step_breakdown: the mean over ranks of each rank's mean GPU-clock step, ms
 --   idle_pct      DOUBLE   the mean over ranks with GPU activity of HTA's idle % (rank_summary)
 --   has_gpu       BOOLEAN  some rank has counted GPU activity (kernels, copies, memsets)
 CREATE OR REPLACE MACRO run_summary(run) AS TABLE
 SELECT (SELECT mean_step_ns / 1e6 FROM run_mean_step(run)) AS host_step_ms,
-       (SELECT avg(step_ns) / 1e6 FROM rank_step_breakdown(run)) AS gpu_step_ms,
+       (SELECT step_ns / 1e6 FROM run_step_breakdown(run)) AS gpu_step_ms,
        (SELECT avg(idle_pct) FROM rank_summary(run)) AS idle_pct,
        (SELECT coalesce(bool_or(gpu_events > 0), false) FROM rank_breakdown(run)) AS has_gpu;

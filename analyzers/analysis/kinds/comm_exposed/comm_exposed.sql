@@ -77,10 +77,8 @@ WITH inst AS MATERIALIZED (
 ), by_type AS (
     SELECT rank, collective, count(*) AS instances, sum(bytes) AS total_bytes, avg(bytes) AS mean_bytes,
            sum(true_dur_ns) AS true_ns, sum(wait_ns) FILTER (WHERE matched) AS wait_ns,
-           sum(bytes) FILTER (WHERE true_dur_ns > 0)
-               / nullif(sum(true_dur_ns) FILTER (WHERE bytes IS NOT NULL AND true_dur_ns > 0), 0) AS algbw_gbps,
-           sum(bytes * bus_factor) FILTER (WHERE true_dur_ns > 0 AND bus_factor IS NOT NULL)
-               / nullif(sum(true_dur_ns) FILTER (WHERE bus_factor IS NOT NULL AND true_dur_ns > 0), 0) AS busbw_gbps
+           collective_algbw_gbps(bytes, true_dur_ns) AS algbw_gbps,
+           collective_busbw_gbps(bytes, bus_factor, true_dur_ns) AS busbw_gbps
     FROM inst GROUP BY rank, collective
 ), types AS (
     SELECT rank, list({'collective': collective, 'instances': instances, 'total_bytes': total_bytes,
@@ -96,11 +94,8 @@ WITH inst AS MATERIALIZED (
            sum(bytes) FILTER (WHERE step IS NOT NULL OR rank NOT IN (SELECT rank FROM stepped_ranks)) AS bytes_in_steps,
            avg(bytes) AS mean_msg_bytes, median(bytes) AS median_msg_bytes,
            count(*) FILTER (WHERE bytes < small_bytes) / nullif(count(bytes), 0) AS small_msg_share,
-           sum(bytes) FILTER (WHERE true_dur_ns > 0)
-               / nullif(sum(true_dur_ns) FILTER (WHERE bytes IS NOT NULL AND true_dur_ns > 0), 0) AS algbw_gbps,
-           sum(bytes * bus_factor) FILTER (WHERE true_dur_ns > 0 AND bus_factor IS NOT NULL)
-               / nullif(sum(true_dur_ns) FILTER (WHERE bytes IS NOT NULL AND bus_factor IS NOT NULL
-                                                  AND true_dur_ns > 0), 0) AS busbw_gbps,
+           collective_algbw_gbps(bytes, true_dur_ns) AS algbw_gbps,
+           collective_busbw_gbps(bytes, bus_factor, true_dur_ns) AS busbw_gbps,
            max(group_size) AS group_size,
            bool_or(matched) AS matched
     FROM inst GROUP BY rank

@@ -63,9 +63,7 @@ WITH k AS (
 ), worst AS (
     SELECT rank, arg_max(step, (ns, -step)) AS worst_step FROM per_step GROUP BY rank
 ), compute_kernels AS (
-    SELECT rank AS grp, start_ns, end_ns,
-           -- FP32 data on TF32 tensor cores (xmma/cutlass names say tf32, cuBLAS's s1688/s16816 tensor ops)
-           contains(name, 'tf32') OR regexp_matches(name, 'tensorop_s(1688|16816)') AS is_tf32
+    SELECT rank AS grp, start_ns, end_ns, is_tf32_kernel(name) AS is_tf32
     FROM gpu_activity(run) WHERE counted AND kind = 'kernel' AND category = 'compute'
 ), step_windows AS (
     SELECT rank AS grp, start_ns, end_ns FROM gpu_steps(run)

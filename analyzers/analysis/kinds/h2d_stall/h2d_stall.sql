@@ -26,7 +26,7 @@
 --   worst_step        the step with most exposed copy time
 CREATE OR REPLACE MACRO h2d_summary(run) AS TABLE
 WITH c AS MATERIALIZED (
-    SELECT row_number() OVER () AS copy_no, rank AS grp, * FROM copies(run) WHERE counted AND direction = 'HtoD'
+    SELECT row_number() OVER () AS copy_no, rank AS grp, * FROM copies(run) WHERE counted AND host_to_device
 ), windows AS MATERIALIZED (
     SELECT rank AS grp, step, start_ns, end_ns FROM gpu_steps(run) WHERE rank IN (SELECT rank FROM c)
 ), host_windows AS (
