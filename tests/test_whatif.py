@@ -13,7 +13,7 @@ from analyzers.analysis.whatif import fix_model, stored_whatif
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 MODELLED = ("dataloader_stall", "host_sync", "h2d_stall", "launch_gap", "fp32_matmul", "comm_exposed",
-            "rank_imbalance", "runtime_stall")
+            "rank_imbalance", "runtime_stall", "untraced_host_time")
 
 
 @pytest.fixture(scope="module")
