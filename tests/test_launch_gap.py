@@ -111,6 +111,25 @@ def test_an_annotation_around_the_loop_body_hides_no_python(annotation, found):
     assert ("untraced_host_time" in {f.kind for f in findings}) == found
 
 
+def test_the_autograd_engines_set_up_before_backward_is_no_untraced_python():
+    # the same 2 ms hole every step, between the loss gradient's seed and the first backward function
+    rows = _steps_with_a_hole({0, 1, 2, 3})
+    for i in range(4):
+        t = i * 10000
+        rows = [r for r in rows if not (r["name"] == "aten::add" and r["ts_ns"] // 1000 == t + 15)]
+        rows += [ev("cpu_op", "aten::ones_like", t + 15, t + 1000),
+                 ev("cpu_op", "autograd::engine::evaluate_function: MseLossBackward0", t + 3000, t + 3008)]
+    con = hand_written_store(rows)
+    try:
+        holes = con.execute("SELECT before_name, after_name, recurring FROM untraced_host_time('syn', 1000000)").fetchall()
+        findings, _ = run_analyses(con, "syn")
+    finally:
+        con.close()
+    assert holes and all(h == ("aten::ones_like", "autograd::engine::evaluate_function: MseLossBackward0", False)
+                         for h in holes), holes
+    assert "untraced_host_time" not in {f.kind for f in findings}
+
+
 def test_every_gap_gets_its_planted_cause(syn):
     got = syn.execute("SELECT start_ns // 1000, end_ns // 1000, cause, step FROM gpu_idle_gaps('syn', 0.5, 1000000) "
                       "ORDER BY start_ns").fetchall()

@@ -32,7 +32,9 @@ WHERE run_id = run AND dur_ns > 0
 --   recurring         BOOLEAN, holes at this place (between the same two spans) open in at least
 --                     two steps and half of the rank's steps, of three or more: work the loop does
 --                     every step. A busy machine descheduling the process opens holes at random
---                     places instead; with fewer steps the two cannot be told apart.
+--                     places instead; with fewer steps the two cannot be told apart. The hole
+--                     between aten::ones_like and the first autograd::engine function (backward's
+--                     set-up in the engine) is never recurring: no Python of the user's runs there.
 CREATE OR REPLACE MACRO untraced_host_time(run, min_hole_ns) AS TABLE
 WITH windows AS MATERIALIZED (
     SELECT rank AS grp, step, start_ns, end_ns FROM steps(run)
@@ -68,5 +70,9 @@ WITH windows AS MATERIALIZED (
 )
 SELECT p.*,
        b.n_steps >= 3 AND count(DISTINCT p.step) OVER (PARTITION BY p.rank, p.before_name, p.after_name)
-                          >= greatest(2, 0.5 * b.n_steps) AS recurring
+                          >= greatest(2, 0.5 * b.n_steps)
+       -- the autograd engine preparing backward (after the loss gradient's seed, before the first
+       -- backward function): the engine's own time, which grows with the graph, not user Python
+       AND NOT (p.before_name IS NOT DISTINCT FROM 'aten::ones_like'
+                AND starts_with(coalesce(p.after_name, ''), 'autograd::engine::evaluate_function')) AS recurring
 FROM placed p JOIN bounds b ON b.grp = p.rank;
