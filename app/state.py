@@ -343,6 +343,7 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
                 try:
                     outcome["findings"] = len(analyze_run(
                         cur(), result.run_id, runner=runner, contract_of=computed_finding_contract,
+                        store_page_tables=queries.store_page_defaults,
                         progress=lambda stage, item, fraction, **details: tell(stage, item, fraction, job=job,
                                                                                **details)))
                 except Exception as exc:  # the run is stored; say plainly that its analysis failed
@@ -377,7 +378,8 @@ def reanalyze(run_id: str, actor: str | None = None, why: str | None = None) -> 
 
     address = os.environ.get(CLUSTER_ENV_VAR) or None
     with lease().write_lock, executor(address if partitions.locations(cur(), run_id) else None) as engine:
-        analyze_run(cur(), run_id, runner=engine if address else None, contract_of=computed_finding_contract)
+        analyze_run(cur(), run_id, runner=engine if address else None, contract_of=computed_finding_contract,
+                    store_page_tables=queries.store_page_defaults)
         run_store.record_audit(cur(), "reanalyse", run_id, actor, why)
     st.cache_data.clear()
 
@@ -450,7 +452,8 @@ def _load_samples(path: str, manifest: str | None) -> list[FileError]:
                     analysed = con.execute("SELECT count(*) FROM findings WHERE run_id = ?",
                                            [result.run_id]).fetchone()[0]
                     if analyze_run is not None and (not result.reused or not analysed):
-                        analyze_run(con, result.run_id, contract_of=computed_finding_contract)
+                        analyze_run(con, result.run_id, contract_of=computed_finding_contract,
+                                    store_page_tables=queries.store_page_defaults)
                     label = entry.get("label")
                     if label and not result.reused:
                         run_store.set_notes(con, result.run_id, label)
