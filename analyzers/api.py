@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable
 import duckdb
 
 from analyzers.common.model import FileError, IngestResult
-from analyzers.store.database import connect
+from analyzers.store.database import connect, is_file_store
 
 ProgressCallback = Callable[..., None]   # analyzers/common/progress.py
 
@@ -47,8 +47,9 @@ def analyze_stored_run(con: duckdb.DuckDBPyConnection, run_id: str,
     from analyzers.read.queries import store_page_defaults
     from analyzers.read.report import build_report
 
+    # the pages' tables cost ~1x the analysis again: stored only where a page may read them later
     analyze_run(con, run_id, progress=progress, runner=runner, contract_of=computed_finding_contract,
-                store_page_tables=store_page_defaults)
+                store_page_tables=store_page_defaults if is_file_store(con) else None)
     return build_report(con, run_id, errors=tuple(errors))
 
 

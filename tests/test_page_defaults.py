@@ -82,3 +82,18 @@ def test_another_versions_tables_are_not_read_and_a_purge_drops_them(store, monk
         assert con.execute("SELECT count(*) FROM page_defaults WHERE run_id = ?", [runs[1]]).fetchone()[0] == 0
     finally:
         con.close()
+
+
+def test_a_throwaway_in_memory_store_stores_no_page_tables():
+    # nobody opens a page on it later: the analysis does not pay for them
+    from analyzers.api import ingest_and_analyze
+    from analyzers.store.database import is_file_store
+
+    con = connect(":memory:")
+    try:
+        assert not is_file_store(con)
+        outcome = ingest_and_analyze(con, [str(SAMPLES / "gpu_tf32_matmul_before")])
+        assert outcome.report["run"]["run_id"]
+        assert con.execute("SELECT count(*) FROM page_defaults").fetchall() == [(0,)]
+    finally:
+        con.close()

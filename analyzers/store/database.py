@@ -128,6 +128,13 @@ def connect(db_path: str | os.PathLike | None = None, read_only: bool | None = F
     return partitions.attach(con)     # `events` includes the runs kept as Parquet partitions
 
 
+def is_file_store(con: duckdb.DuckDBPyConnection) -> bool:
+    """The store behind `con` is a file (kept for later reads: the dashboard, another command), not
+    a throwaway in-memory one."""
+    rows = con.execute("SELECT path FROM duckdb_databases() WHERE NOT internal AND path IS NOT NULL").fetchall()
+    return bool(rows)
+
+
 def read_only_reason(con: duckdb.DuckDBPyConnection) -> str | None:
     """Why nothing can be written through this connection (its store is attached read-only),
     naming the file; None when it is writable."""
