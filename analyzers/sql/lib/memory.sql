@@ -111,10 +111,27 @@ SELECT i.rank, i.seq, CASE WHEN p.depth > 0 THEN i.op END AS op, CASE WHEN p.dep
 FROM inner_op i JOIN outer_op t USING (rank, seq) JOIN points p USING (rank, seq);
 
 
--- memory_allocations(run): each allocation matched to its free (the next free of the same
--- address on the same rank and device), with the op that made it: the innermost cpu_op on the
--- allocating thread that encloses the event ('(no op)' outside any), and the host step it was
--- made in. A free whose allocation the trace does not hold (made before profiling) is left out.
+-- memory_allocation_spans(run): each allocation matched to its free (the next free of the same
+-- address on the same rank and device). A free whose allocation the trace does not hold (made
+-- before profiling) is left out.
+-- Columns:
+--   run_id, rank, device_type, device_id, device, addr, bytes, tid
+--   alloc_seq, alloc_ts_ns, free_seq, free_ts_ns   free_* NULL: still held when the trace ends
+CREATE OR REPLACE MACRO memory_allocation_spans(run) AS TABLE
+WITH ev AS (
+    SELECT *, lead(bytes) OVER w AS next_bytes, lead(seq) OVER w AS next_seq, lead(ts_ns) OVER w AS next_ts
+    FROM memory_events(run)
+    WINDOW w AS (PARTITION BY rank, device_type, device_id, addr ORDER BY seq)
+)
+SELECT run_id, rank, device_type, device_id, device, addr, bytes, tid, seq AS alloc_seq, ts_ns AS alloc_ts_ns,
+       CASE WHEN next_bytes < 0 THEN next_seq END AS free_seq,
+       CASE WHEN next_bytes < 0 THEN next_ts END AS free_ts_ns
+FROM ev WHERE bytes > 0;
+
+
+-- memory_allocations(run): memory_allocation_spans with the op that made each allocation: the
+-- innermost cpu_op on the allocating thread that encloses the event ('(no op)' outside any), and
+-- the host step it was made in.
 -- Columns:
 --   run_id, rank, device_type, device_id, device, addr, bytes
 --   alloc_seq, alloc_ts_ns, free_seq, free_ts_ns   free_* NULL: still held when the trace ends
@@ -122,16 +139,7 @@ FROM inner_op i JOIN outer_op t USING (rank, seq) JOIN points p USING (rank, seq
 --   top_op      VARCHAR  outermost enclosing cpu_op on that thread (aten::randn, a module's forward)
 --   step        INTEGER  the host step holding the allocation (NULL outside steps)
 CREATE OR REPLACE MACRO memory_allocations(run) AS TABLE
-WITH ev AS (
-    SELECT *, lead(bytes) OVER w AS next_bytes, lead(seq) OVER w AS next_seq, lead(ts_ns) OVER w AS next_ts
-    FROM memory_events(run)
-    WINDOW w AS (PARTITION BY rank, device_type, device_id, addr ORDER BY seq)
-), allocs AS (
-    SELECT run_id, rank, device_type, device_id, device, addr, bytes, tid, seq AS alloc_seq, ts_ns AS alloc_ts_ns,
-           CASE WHEN next_bytes < 0 THEN next_seq END AS free_seq,
-           CASE WHEN next_bytes < 0 THEN next_ts END AS free_ts_ns
-    FROM ev WHERE bytes > 0
-), owner AS (
+WITH owner AS (
     SELECT rank, seq AS alloc_seq, op, top_op FROM memory_event_ops(run)
 )
 SELECT a.run_id, a.rank, a.device_type, a.device_id, a.device, a.addr, a.bytes,
@@ -139,7 +147,7 @@ SELECT a.run_id, a.rank, a.device_type, a.device_id, a.device, a.addr, a.bytes,
        coalesce(w.op, '(no op)') AS op, coalesce(w.top_op, '(no op)') AS top_op,
        (SELECT any_value(s.step) FROM steps(run) s
         WHERE s.rank = a.rank AND s.start_ns <= a.alloc_ts_ns AND a.alloc_ts_ns < s.end_ns) AS step
-FROM allocs a LEFT JOIN owner w USING (rank, alloc_seq);
+FROM memory_allocation_spans(run) a LEFT JOIN owner w USING (rank, alloc_seq);
 
 
 -- memory_device_summary(run): per rank and device, what ranks[].memory reports.
@@ -240,6 +248,65 @@ FROM memory_allocations(run)
 WHERE rank = at_rank AND device_type = at_device_type AND device_id = at_device_id
   AND alloc_ts_ns <= at_ts AND (free_ts_ns IS NULL OR free_ts_ns > at_ts)
 GROUP BY op;
+
+
+-- memory_categories_at_peak(run): at each rank's and device's peak of allocated, the live
+-- allocations (memory_allocation_spans held at peak_ts_ns) by category, inferred from when and on
+-- which thread each was allocated (torch records no category with a [memory] event):
+--   optimizer_state        allocated inside an Optimizer.step#* range on its thread (the
+--                          optimizer's state, and its working memory where the peak is in the step)
+--   gradient               allocated in its step's backward on its thread and still held when
+--                          that backward ends (or never freed)
+--   backward_temporary     allocated in the backward and freed before it ends
+--   activation             allocated in a step before its backward begins on that thread
+--                          (the forward; every allocation of a step without a backward)
+--   parameter_or_input     allocated before the rank's first step (the model, its inputs)
+--   unknown                anything else: between steps, after the backward outside the optimizer
+-- A step's backward on a thread runs from its first to its last autograd op there (cpu_ops named
+-- autograd::engine::evaluate_function: ..., or whose name holds "Backward"), which start in the step.
+-- Columns: rank, device_type, device_id, device, peak_ts_ns, peak_allocated_bytes, category,
+--          allocations, bytes, largest_bytes
+CREATE OR REPLACE MACRO memory_categories_at_peak(run) AS TABLE
+WITH peak AS (
+    SELECT rank, device_type, device_id, device, peak_ts_ns, peak_allocated_bytes FROM memory_device_summary(run)
+), live AS (
+    SELECT a.*, p.peak_ts_ns, p.peak_allocated_bytes, hash(a.rank, coalesce(a.tid, '')) AS thread
+    FROM memory_allocation_spans(run) a JOIN peak p USING (rank, device_type, device_id)
+    WHERE a.alloc_ts_ns <= p.peak_ts_ns AND (a.free_ts_ns IS NULL OR a.free_ts_ns > p.peak_ts_ns)
+), host AS (
+    SELECT rank, hash(rank, coalesce(tid, '')) AS thread, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns,
+           kind = 'cpu_op' AND (name LIKE 'autograd::engine::evaluate_function:%' OR name LIKE '%Backward%') AS is_backward
+    FROM events
+    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND dur_ns IS NOT NULL AND dur_ns >= 0
+      AND rank IN (SELECT DISTINCT rank FROM live)
+      AND ((kind = 'cpu_op' AND (name LIKE 'autograd::engine::evaluate_function:%' OR name LIKE '%Backward%'))
+           OR name LIKE 'Optimizer.step#%')
+), backward AS (
+    SELECT h.rank, h.thread, s.step, min(h.start_ns) AS start_ns, max(h.end_ns) AS end_ns
+    FROM host h JOIN steps(run) s ON s.rank = h.rank AND s.start_ns <= h.start_ns AND h.start_ns < s.end_ns
+    WHERE h.is_backward GROUP BY ALL
+), placed AS (
+    SELECT l.*,
+           (SELECT any_value(s.step) FROM steps(run) s
+            WHERE s.rank = l.rank AND s.start_ns <= l.alloc_ts_ns AND l.alloc_ts_ns < s.end_ns) AS step,
+           (SELECT min(s.start_ns) FROM steps(run) s WHERE s.rank = l.rank) AS first_step_ns,
+           EXISTS (SELECT 1 FROM host h WHERE NOT h.is_backward AND h.thread = l.thread
+                   AND h.start_ns <= l.alloc_ts_ns AND l.alloc_ts_ns <= h.end_ns) AS in_optimizer
+    FROM live l
+), categorised AS (
+    SELECT p.*,
+           CASE WHEN p.in_optimizer THEN 'optimizer_state'
+                WHEN b.start_ns <= p.alloc_ts_ns AND p.alloc_ts_ns <= b.end_ns
+                THEN CASE WHEN p.free_ts_ns IS NULL OR p.free_ts_ns > b.end_ns THEN 'gradient' ELSE 'backward_temporary' END
+                WHEN p.step IS NOT NULL AND (b.start_ns IS NULL OR p.alloc_ts_ns < b.start_ns) THEN 'activation'
+                WHEN p.first_step_ns IS NOT NULL AND p.alloc_ts_ns < p.first_step_ns THEN 'parameter_or_input'
+                ELSE 'unknown' END AS category
+    FROM placed p LEFT JOIN backward b ON b.rank = p.rank AND b.thread = p.thread AND b.step = p.step
+)
+SELECT rank, device_type, device_id, device, any_value(peak_ts_ns) AS peak_ts_ns,
+       any_value(peak_allocated_bytes) AS peak_allocated_bytes, category,
+       count(*) AS allocations, sum(bytes) AS bytes, max(bytes) AS largest_bytes
+FROM categorised GROUP BY rank, device_type, device_id, device, category;
 
 
 -- memory_op_stats(run): the TensorBoard plugin's memory view per op, per rank and device.
