@@ -5,8 +5,11 @@ per op, which would flatter fixes that cut op counts), the trace from a short pr
 """
 from __future__ import annotations
 
+import gzip
+import json
 import statistics
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
@@ -96,6 +99,67 @@ def profile_steps(step_fn: Callable[[int], object], steps: int, trace_path: Path
             prof.step()
     prof.export_chrome_trace(str(trace_path))
     return trace_path
+
+
+def profile_memory_from_start(step_fn: Callable[[int], object], steps: int, trace_path: Path,
+                              device: str) -> int:
+    """Profile `steps` calls of step_fn(i) with profile_memory=True from the very first call into
+    trace_path, and return the peak of torch's own memory timeline (export_memory_timeline) on
+    `device`: bytes allocated while profiling, the figure TraceDoctor's peak is checked against.
+
+    From the first call, with no warm-up: on CPU the profiler sees only memory allocated while it
+    records, so what a step keeps from the step before (gradients, optimizer state) must be
+    allocated in view to be counted.
+    """
+    trace_path = Path(trace_path)
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU]
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    with warnings.catch_warnings():   # no profiler warm-up on purpose (see above)
+        warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+        plan = schedule(wait=0, warmup=0, active=steps, repeat=1)
+    with profile(activities=activities, record_shapes=True, with_stack=True, profile_memory=True,
+                 schedule=plan) as prof:
+        for i in range(steps):
+            step_fn(i)
+            if i == steps - 1:
+                synchronize(device)
+            prof.step()
+    prof.export_chrome_trace(str(trace_path))
+    timeline = trace_path.parent / (trace_path.name.split(".")[0] + "_memory_timeline.raw.json.gz")
+    return memory_timeline_peak(prof, timeline, "cuda:0" if str(device).startswith("cuda") else "cpu")
+
+
+def memory_timeline_peak(prof: profile, timeline_path: Path, device: str) -> int:
+    """Write torch's memory timeline of a finished profile (its raw rows: [ts, action, bytes,
+    category]) to timeline_path (ending .raw.json.gz) and return its peak of memory allocated
+    while profiling (rows before profiling, ts < 0, are left out: [memory] events never see them)."""
+    prof.export_memory_timeline(str(timeline_path), device=device)
+    rows = json.loads(gzip.decompress(Path(timeline_path).read_bytes()))
+    total = peak = 0
+    for ts, _action, nbytes, _category in rows:
+        if ts < 0:
+            continue
+        total += nbytes
+        peak = max(peak, total)
+    return peak
+
+
+def trace_rank_memory(trace: Path) -> list[dict]:
+    """Each rank's memory in a trace (a file or a folder of rank files) as TraceDoctor reports it
+    (ranks[].memory: peak_allocated_bytes, peak_reserved_bytes, ...), in rank order."""
+    from analyzers.ingest import ingest_paths
+    from analyzers.read.memory_queries import rank_memory
+    from analyzers.store.database import connect
+
+    con = connect(":memory:")
+    try:
+        result = ingest_paths(con, [str(trace)])
+        memory = rank_memory(con, result.run_id) if result.run_id else {}
+        return [memory[rank] for rank in sorted(memory)]
+    finally:
+        con.close()
 
 
 @contextmanager

@@ -765,6 +765,34 @@ _FIX_LIST = [
         predicate=_allocator_bound,
     ),
     Fix(
+        id="drop_empty_cache",
+        title="Delete the per-step torch.cuda.empty_cache()",
+        addresses=["runtime_stall", "allocator_churn"],
+        needs=[],
+        snippet=(
+            "from accel.kernels.allocator import keep_cache_warm\n"
+            "with keep_cache_warm() as found:  # run one step to find where the calls come from\n"
+            "    train_step(next(iter(loader)))\n"
+            "for where, calls in found.callers.items():\n"
+            "    print(f\"delete torch.cuda.empty_cache() at {where} ({calls} per step)\")\n"
+        ),
+        description=(
+            "torch.cuda.empty_cache() in the loop (\"to avoid OOM\") hands the caching allocator's "
+            "free segments back to the driver: cudaFree synchronises the device and the next step "
+            "cudaMallocs the same memory again. It frees nothing the process could use (the memory "
+            "is needed again at once) and never prevents an OOM the allocator would not avoid "
+            "itself (it empties its cache and retries before failing). Find the line (yours or a "
+            "library's) and delete it; where it cannot be edited, keep_cache_warm() (allocator_tuning) "
+            "swallows it. Does not help when the stall is CUDA start-up or fragmentation (expandable "
+            "segments: allocator_tuning)."
+        ),
+        module="accel.kernels.allocator",
+        demo_module="accel.demos.drop_empty_cache",
+        fit={"runtime_stall": 0.85, "allocator_churn": 0.85},
+        reads=("allocator_share",),
+        predicate=_allocator_bound,
+    ),
+    Fix(
         id="tf32_matmul",
         title="Let FP32 matmuls and convolutions use TF32 tensor cores",
         addresses=["fp32_matmul"],
@@ -999,6 +1027,31 @@ _FIX_LIST = [
         module="accel.memory.checkpointing",
         demo_module="accel.demos.activation_checkpointing",
         fit={"memory_spike": 0.7, "allocator_fragmentation": 0.4},
+    ),
+    Fix(
+        id="zero_grad_set_to_none",
+        workloads=("training",),
+        title="Free the gradients between steps: zero_grad(set_to_none=True), not zeroed in place",
+        addresses=["memory_spike"],
+        needs=[],
+        snippet=(
+            "optimizer.zero_grad(set_to_none=True)  # torch's default since 2.0; not set_to_none=False\n"
+            "# gradients zeroed by hand (p.grad.zero_())? free them instead:\n"
+            "from accel.memory.gradients import release_gradients\n"
+            "print(release_gradients(model), \"bytes of gradients freed before the forward\")\n"
+        ),
+        description=(
+            "zero_grad(set_to_none=False), model.zero_grad(False) or p.grad.zero_() keep every "
+            "gradient allocated through the next forward, where the activations pile up on top of "
+            "them: the peak carries a copy of the parameters' size that nothing reads. Freed, the "
+            "backward allocates each gradient as it frees the activations it consumed, so the peak "
+            "falls by up to the gradients' size. Same results (a freed gradient is written, a zeroed "
+            "one accumulated into). Does not help when the peak is in the optimizer step or when "
+            "gradients must outlive the step (accumulation across micro-batches keeps them anyway)."
+        ),
+        module="accel.memory.gradients",
+        demo_module="accel.demos.zero_grad_set_to_none",
+        fit={"memory_spike": 0.3},
     ),
     Fix(
         id="zero_optimizer",

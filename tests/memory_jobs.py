@@ -5,8 +5,6 @@ the timeline's peak of memory allocated while profiling.
 """
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 LEAK_BYTES = 512 * 1024 * 4          # one float32 tensor of 512 x 1024 kept each step
@@ -23,6 +21,8 @@ def run_job(out: Path, *, leak: bool = False, spike: bool = False, checkpoint: b
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
     from torch.utils.checkpoint import checkpoint as recompute
+
+    from accel.profiling import memory_timeline_peak
 
     torch.manual_seed(0)
     # depth blocks of block_layers Linear+ReLU each: checkpointing a block keeps only its input
@@ -59,12 +59,30 @@ def run_job(out: Path, *, leak: bool = False, spike: bool = False, checkpoint: b
             prof.step()
     prof.export_chrome_trace(str(trace))
     timeline = out / "memory_timeline.raw.json.gz"    # the suffix asks torch for its raw rows
-    prof.export_memory_timeline(str(timeline), device="cpu")
-    rows = json.loads(gzip.decompress(timeline.read_bytes()))
-    total = peak = 0
-    for ts, _action, nbytes, _category in rows:
-        if ts < 0:
-            continue           # memory that existed before profiling: the [memory] events count none of it
-        total += nbytes
-        peak = max(peak, total)
-    return {"trace": trace, "timeline": timeline, "torch_peak_bytes": peak}
+    return {"trace": trace, "timeline": timeline, "torch_peak_bytes": memory_timeline_peak(prof, timeline, "cpu")}
+
+
+def run_optimizer_job(out: Path, *, set_to_none: bool, steps: int = 3, width: int = 256, depth: int = 4,
+                      batch: int = 4096) -> dict:
+    """Profile `steps` Adam training steps of an MLP from the first step on (so Adam's state and the
+    first gradients are allocated in view) into out/trace.json.gz; returns {"trace", "param_bytes",
+    "torch_peak_bytes"}. Activations (batch x width floats per layer) outweigh the parameters, so
+    the peak is in the forward/backward, not in the optimizer step."""
+    import torch
+
+    from accel.profiling import profile_memory_from_start
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[m for _ in range(depth) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+
+    def step(i: int) -> None:
+        optimizer.zero_grad(set_to_none=set_to_none)
+        x = torch.randn(batch, width, generator=torch.Generator().manual_seed(i))
+        model(x).square().mean().backward()
+        optimizer.step()
+
+    trace = out / "trace.json.gz"
+    torch_peak = profile_memory_from_start(step, steps, trace, "cpu")
+    return {"trace": trace, "torch_peak_bytes": torch_peak,
+            "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters())}

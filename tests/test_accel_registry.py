@@ -1,4 +1,4 @@
-"""accel.registry: the 19 fixes, their predicates over finding metrics, and the ranking.
+"""accel.registry: the 21 fixes, their predicates over finding metrics, and the ranking.
 (tests/test_registry_metrics.py checks the registry against the metrics the analyses emit.)"""
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from accel import registry
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 FIX_IDS = ["cuda_graph", "compile_reduce_overhead", "fused_optimizer", "triton_fused_elementwise",
-           "cuda_prefetcher", "dataloader_tuning", "preprocess_in_workers", "allocator_tuning", "tf32_matmul", "amp_autocast",
+           "cuda_prefetcher", "dataloader_tuning", "preprocess_in_workers", "allocator_tuning", "drop_empty_cache", "tf32_matmul", "amp_autocast",
            "balanced_sampler", "comm_compression", "powersgd", "ddp_bucket_tuning",
            "no_sync_accumulation", "hierarchical_allreduce", "activation_checkpointing",
-           "zero_optimizer", "serving_cuda_graphs"]
-CORE_FIXES = FIX_IDS[:10] + ["serving_cuda_graphs"]   # implemented in this package's kernels/ and data/ (not accel/comm)
+           "zero_grad_set_to_none", "zero_optimizer", "serving_cuda_graphs"]
+CORE_FIXES = FIX_IDS[:11] + ["serving_cuda_graphs"]   # implemented in this package's kernels/ and data/ (not accel/comm)
 
 
 def test_registry_holds_exactly_the_listed_fixes():

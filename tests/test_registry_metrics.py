@@ -29,6 +29,7 @@ APPLYING = {
     ("cuda_prefetcher", "host_sync"): {"top_callers": [
         {"op": "aten::to", "call": "cudaStreamSynchronize", "calls": 10, "blocked_ms_per_step": 3.0}]},
     ("allocator_tuning", "runtime_stall"): {"allocator_share": 0.8},
+    ("drop_empty_cache", "runtime_stall"): {"allocator_share": 0.8},
     ("tf32_matmul", "fp32_matmul"): {"tf32_capable": True, "tf32_in_use": False},
     ("balanced_sampler", "rank_imbalance"): {"imbalance_source": "input", "shapes_compared": True,
                                              "shape_differs": True},

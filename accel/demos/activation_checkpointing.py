@@ -15,7 +15,8 @@ import torch
 
 from accel.demos import DemoResult
 from accel.memory.checkpointing import checkpoint_blocks
-from accel.profiling import intra_op_threads, median_ms, profile_steps, time_steps_interleaved
+from accel.profiling import (intra_op_threads, median_ms, profile_steps, time_steps_interleaved,
+                             trace_rank_memory)
 
 DEFAULT_STEPS = 6
 BLOCKS, LAYERS_PER_BLOCK, WIDTH, BATCH = 6, 3, 256, 2048
@@ -41,14 +42,8 @@ def make_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, inputs: 
 
 def peak_bytes(trace: Path) -> int | None:
     """The trace's peak of allocated memory, as TraceDoctor reports it."""
-    from analyzers.ingest import ingest_paths
-    from analyzers.read.memory_queries import rank_memory
-    from analyzers.store.database import connect
-
-    con = connect(":memory:")
-    result = ingest_paths(con, [str(trace)])
-    memory = rank_memory(con, result.run_id).get(0) if result.run_id else None
-    return None if memory is None else memory["peak_allocated_bytes"]
+    ranks = trace_rank_memory(trace)
+    return ranks[0]["peak_allocated_bytes"] if ranks else None
 
 
 def run(out_dir: Path, device: str, steps: int) -> DemoResult:

@@ -27,26 +27,27 @@ LAYERS, HIDDEN, BATCH = 4, 4096, 512
 MIB = 2 ** 20
 
 
-def build(device: str, seed: int = 0):
+def build(device: str, seed: int = 0, hidden: int = HIDDEN, batch: int = BATCH):
     torch.manual_seed(seed)
     layers: list[torch.nn.Module] = []
     for _ in range(LAYERS):
-        layers += [torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU()]
+        layers += [torch.nn.Linear(hidden, hidden), torch.nn.ReLU()]
     model = torch.nn.Sequential(*layers[:-1]).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     generator = torch.Generator(device=device).manual_seed(1)
-    x = torch.randn(BATCH, HIDDEN, device=device, generator=generator)
-    y = torch.randn(BATCH, HIDDEN, device=device, generator=generator)
+    x = torch.randn(batch, hidden, device=device, generator=generator)
+    y = torch.randn(batch, hidden, device=device, generator=generator)
     return model, optimizer, x, y
 
 
 def make_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
-              y: torch.Tensor):
+              y: torch.Tensor, empty_cache: bool = True):
     def step(_: int) -> None:
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        torch.cuda.empty_cache()   # the anti-pattern: "free memory every step to avoid OOM"
+        if empty_cache:
+            torch.cuda.empty_cache()   # the anti-pattern: "free memory every step to avoid OOM"
     return step
 
 
@@ -56,14 +57,15 @@ def device_allocations() -> int:
     return int(stats.get("num_device_alloc", stats.get("segment.all.allocated", 0)))
 
 
-def compare(device: str, n_steps: int = CHECK_STEPS) -> dict:
+def compare(device: str, n_steps: int = CHECK_STEPS, after: str = "keep_cache_warm") -> dict:
     """Both loops from the same start for n_steps: driver allocations per step after the first
-    step, memory reserved between steps, and whether the parameters end bitwise equal."""
+    step, memory reserved between steps, and whether the parameters end bitwise equal. after:
+    "keep_cache_warm" (the call swallowed) or "dropped" (the step without the call)."""
     params, allocations, reserved = [], [], []
     for warm in (False, True):
         model, optimizer, x, y = build(device)
-        step = make_step(model, optimizer, x, y)
-        with keep_cache_warm() if warm else nullcontext():
+        step = make_step(model, optimizer, x, y, empty_cache=not (warm and after == "dropped"))
+        with keep_cache_warm() if warm and after == "keep_cache_warm" else nullcontext():
             step(0)   # AdamW builds its state in the first step
             torch.cuda.synchronize()
             start = device_allocations()

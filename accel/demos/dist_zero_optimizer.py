@@ -53,11 +53,12 @@ def build(rank: int, world_size: int, variant: str, config: dict[str, Any]) -> R
 def run(out_dir: Path, device: str, steps: int) -> DemoResult:
     from accel.demos.dist_common import run_ranks
     from accel.demos.dist_ddp_workload import max_param_diff, ranks_agree
+    from accel.profiling import trace_rank_memory
 
     out_dir = Path(out_dir)
     results = run_ranks(__name__, ["before", "after"], 2, out_dir, steps, CONFIG)
     before, after = results["before"], results["after"]
-    peaks = {variant: _peaks(result.trace_dir) for variant, result in results.items()}
+    peaks = {variant: [m["peak_allocated_bytes"] for m in trace_rank_memory(result.trace_dir)] for variant, result in results.items()}
     mib = float(1 << 20)
     checks = {
         "peak_allocated_mib_per_rank_before": [round(p / mib, 2) for p in peaks["before"]],
@@ -76,14 +77,3 @@ def run(out_dir: Path, device: str, steps: int) -> DemoResult:
                         "working memory); the state allocated before is counted from the optimizer")
     return result
 
-
-def _peaks(trace_dir: Path) -> list[int]:
-    """Each rank's peak of allocated memory, as TraceDoctor reads it from the rank's trace."""
-    from analyzers.ingest import ingest_paths
-    from analyzers.read.memory_queries import rank_memory
-    from analyzers.store.database import connect
-
-    con = connect(":memory:")
-    result = ingest_paths(con, [str(trace_dir)])
-    memory = rank_memory(con, result.run_id) if result.run_id else {}
-    return [memory[rank]["peak_allocated_bytes"] for rank in sorted(memory)]

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import threading
+from collections import Counter
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -42,18 +44,21 @@ DEFAULT_ALLOC_CONF_VAR = "PYTORCH_CUDA_ALLOC_CONF"
 
 
 class SwallowedCalls:
-    """What keep_cache_warm() swallowed so far: `.calls` empty_cache calls."""
+    """What keep_cache_warm() swallowed so far: `.calls` empty_cache calls, and `.callers` how
+    many came from each line ("file:line" of the code that called empty_cache: the line to delete)."""
 
     def __init__(self) -> None:
         self.calls = 0
+        self.callers: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def _count(self) -> None:
+    def _count(self, caller: str) -> None:
         with self._lock:
             self.calls += 1
+            self.callers[caller] += 1
 
     def __repr__(self) -> str:
-        return f"SwallowedCalls(calls={self.calls})"
+        return f"SwallowedCalls(calls={self.calls}, callers={dict(self.callers)})"
 
 
 # The open keep_cache_warm blocks and the originals they displaced. The no-op goes in when the
@@ -67,10 +72,12 @@ _originals: list[tuple[object, str, Callable[..., None]]] = []
 
 def _swallow(*args, **kwargs) -> None:
     """Swallowed by accel.kernels.allocator.keep_cache_warm (frees nothing)."""
+    frame = sys._getframe(1)
+    caller = f"{frame.f_code.co_filename}:{frame.f_lineno}"
     with _state_lock:
         blocks = list(_active)
     for block in blocks:
-        block._count()
+        block._count(caller)
 
 
 @contextmanager

@@ -86,6 +86,15 @@ def live_at_peak(con: duckdb.DuckDBPyConnection, run_id: str, rank: int, device:
                  [run_id, run_id, rank, device, limit])
 
 
+def categories_at_peak(con: duckdb.DuckDBPyConnection, run_id: str, rank: int | None = None,
+                       device: str | None = None) -> list[dict[str, Any]]:
+    """At each rank's and device's peak, the live allocations by category inferred from where
+    they were allocated (memory_categories_at_peak), largest first."""
+    return _rows(con, "SELECT * FROM memory_categories_at_peak(?) WHERE (? IS NULL OR rank = ?) "
+                      "AND (? IS NULL OR device = ?) ORDER BY rank, device, bytes DESC, category",
+                 [run_id, rank, rank, device, device])
+
+
 def op_stats(con: duckdb.DuckDBPyConnection, run_id: str, rank: int | None = None,
              limit: int = 200) -> list[dict[str, Any]]:
     """The per-op memory table (memory_op_stats), by allocated bytes."""

@@ -1,5 +1,6 @@
 """Memory: allocated and reserved over time per rank and device with step boundaries and each
-step's peak; at the peak, the live allocations by the op that made them; the per-op table (what
+step's peak; at the peak, the live allocations by the op that made them and by category (inferred
+from where each was allocated); the per-op table (what
 the TensorBoard plugin's Memory view showed); allocator snapshots (segments and blocks,
 fragmentation, the stack frames of the largest live blocks, the allocation that failed at OOM);
 export_memory_timeline categories. Every figure comes from analyzers.read.memory_queries over
@@ -18,6 +19,11 @@ from analyzers.common.safe_text import clip
 from app import state, ui
 
 MIB = float(1 << 20)
+CATEGORY_NAMES = {"optimizer_state": "optimizer state", "gradient": "gradients",
+                  "backward_temporary": "backward temporaries", "activation": "activations",
+                  "parameter_or_input": "parameters / inputs", "unknown": "unknown"}
+CATEGORY_COLORS = {"optimizer_state": "#9467bd", "gradient": "#d62728", "backward_temporary": "#ff7f0e",
+                   "activation": "#1f77b4", "parameter_or_input": "#2ca02c"}
 
 st.title("Memory")
 run_id = ui.need_run()
@@ -107,14 +113,34 @@ if len(devices):
     else:
         st.caption("Nothing allocated inside the trace is held at the peak.")
 
-    st.subheader("Memory by op")
-    ops = read("op_stats", rank)
-    ops = ops[ops["device"] == device]
-    ui.table(ops.drop(columns=["rank", "device"]).assign(op=ops["op"].map(clip)),
-             bytes_columns=("self_allocated_bytes", "self_freed_bytes", "total_allocated_bytes", "total_freed_bytes",
-                            "self_net_bytes", "peak_bytes"), hide_index=True)
-    st.caption("self: allocations and frees made by the op itself; total: by the op and the ops it called. "
-               "peak: of the op's own allocations, what is held at the device's peak.")
+    by_category, by_op = st.columns([2, 3])
+    with by_category:
+        st.subheader("Held at the peak, by category")
+        categories = read("categories_at_peak", rank, device)
+        if len(categories):
+            shown = categories.assign(category=categories["category"].map(CATEGORY_NAMES).fillna(categories["category"]))
+            bars = go.Figure(go.Bar(x=shown["bytes"] / MIB, y=shown["category"], orientation="h",
+                                    marker_color=[CATEGORY_COLORS.get(c, "#7f7f7f") for c in categories["category"]]))
+            bars.update_layout(height=60 + 30 * len(shown), margin={"t": 10, "b": 30}, xaxis_title="MiB",
+                               yaxis={"autorange": "reversed"})
+            st.plotly_chart(bars, width="stretch", key="memory-categories-at-peak")
+            ui.table(shown[["category", "allocations", "bytes", "largest_bytes"]],
+                     bytes_columns=("bytes", "largest_bytes"), hide_index=True)
+            st.caption("Inferred from where each allocation was made (the profiler records no category): inside "
+                       "Optimizer.step, optimizer state; in the backward, a gradient if still held when the "
+                       "backward ends, else a backward temporary; earlier in a step, an activation; before the "
+                       "first step, parameters or inputs.")
+        else:
+            st.caption("Nothing allocated inside the trace is held at the peak.")
+    with by_op:
+        st.subheader("Memory by op")
+        ops = read("op_stats", rank)
+        ops = ops[ops["device"] == device]
+        ui.table(ops.drop(columns=["rank", "device"]).assign(op=ops["op"].map(clip)),
+                 bytes_columns=("self_allocated_bytes", "self_freed_bytes", "total_allocated_bytes",
+                                "total_freed_bytes", "self_net_bytes", "peak_bytes"), hide_index=True)
+        st.caption("self: allocations and frees made by the op itself; total: by the op and the ops it called. "
+                   "peak: of the op's own allocations, what is held at the device's peak.")
 
 if len(timeline):
     st.subheader("By category (export_memory_timeline)")

@@ -21,8 +21,11 @@
 --   device           VARCHAR  'cpu', 'cuda:0', 'device20:0'
 --   addr, bytes, total_allocated, total_reserved   BIGINT
 --   raw_total_allocated    BIGINT   Total Allocated as the trace writes it
+--   free_seq, free_ts_ns   BIGINT   of an allocation: the free that ends it (the next event of the
+--                          same address on the rank and device, when it is a free); NULL for
+--                          frees and for blocks still held when the trace ends
 CREATE OR REPLACE MACRO memory_events(run) AS TABLE
-WITH raw AS (
+WITH raw AS MATERIALIZED (   -- else the Bytes filter is pushed into the scan: each args parsed twice
     SELECT run_id, rank, ts_ns, tid,
            json_transform(args, '{"Device Type": "INTEGER", "Device Id": "INTEGER", "Addr": "BIGINT",
                                   "Bytes": "BIGINT", "Total Allocated": "BIGINT", "Total Reserved": "BIGINT",
@@ -48,8 +51,11 @@ SELECT run_id, rank, seq, ts_ns, tid, device_type, device_id, device, addr, byte
             THEN raw_total_allocated - first_value(raw_total_allocated - bytes) OVER
                      (PARTITION BY rank, device_type, device_id ORDER BY seq)
             ELSE raw_total_allocated END AS total_allocated,
-       total_reserved, raw_total_allocated
-FROM typed;
+       total_reserved, raw_total_allocated,
+       CASE WHEN bytes > 0 AND lead(bytes) OVER same_block < 0 THEN lead(seq) OVER same_block END AS free_seq,
+       CASE WHEN bytes > 0 AND lead(bytes) OVER same_block < 0 THEN lead(ts_ns) OVER same_block END AS free_ts_ns
+FROM typed
+WINDOW same_block AS (PARTITION BY rank, device_type, device_id, addr ORDER BY seq);
 
 
 -- memory_device_totals(run): the device's memory from the trace's deviceProperties
@@ -68,10 +74,13 @@ FROM (SELECT rank, unnest(CAST(device_properties AS JSON[])) AS prop
 -- event the depth of the ops open around it; the op open at that depth is the latest op of that
 -- depth that started before it (ASOF join), the outermost the latest of depth 1. At one instant,
 -- ends come before starts and events last (an allocation at an op's first instant is inside it).
--- ProfilerStep#N ranges are steps, not ops. Columns: rank, seq, op, top_op (NULL outside any op)
+-- ProfilerStep#N ranges are steps, not ops. Columns: every column of memory_events, then op,
+-- top_op (NULL outside any op), so a reader of both computes memory_events once.
 CREATE OR REPLACE MACRO memory_event_ops(run) AS TABLE
-WITH ev AS (
-    SELECT rank, seq, ts_ns, hash(rank, coalesce(tid, '')) AS thread FROM memory_events(run)
+WITH me AS MATERIALIZED (
+    SELECT * FROM memory_events(run)
+), ev AS (
+    SELECT rank, seq, ts_ns, hash(rank, coalesce(tid, '')) AS thread FROM me
 ), ops AS MATERIALIZED (
     SELECT e.rank, hash(e.rank, coalesce(e.tid, '')) AS thread, e.name, e.ts_ns AS start_ns,
            e.ts_ns + e.dur_ns AS end_ns, e.dur_ns
@@ -87,7 +96,9 @@ WITH ev AS (
     UNION ALL
     SELECT thread, ts_ns, 2, 0, 0, seq, rank FROM ev
 ), swept AS MATERIALIZED (
-    SELECT *, sum(delta) OVER (PARTITION BY thread ORDER BY t, ord, tie ROWS UNBOUNDED PRECEDING) AS depth
+    -- a thread's starts and ends cancel out, so a running sum over every thread in turn is each
+    -- thread's own (no PARTITION BY: DuckDB sorts one big partition on one thread, ~5x slower)
+    SELECT *, sum(delta) OVER (ORDER BY thread, t, ord, tie ROWS UNBOUNDED PRECEDING) AS depth
     FROM nodes
 ), op_depths AS (
     -- each op with its depth (the depth after its start)
@@ -107,14 +118,24 @@ WITH ev AS (
     FROM points p ASOF LEFT JOIN (SELECT * FROM opened WHERE depth = 1) o
       ON o.thread = p.thread AND o.start_ns <= p.t
 )
-SELECT i.rank, i.seq, CASE WHEN p.depth > 0 THEN i.op END AS op, CASE WHEN p.depth > 0 THEN t.top_op END AS top_op
-FROM inner_op i JOIN outer_op t USING (rank, seq) JOIN points p USING (rank, seq);
+SELECT m.*, CASE WHEN p.depth > 0 THEN i.op END AS op, CASE WHEN p.depth > 0 THEN t.top_op END AS top_op
+FROM me m JOIN inner_op i USING (rank, seq) JOIN outer_op t USING (rank, seq) JOIN points p USING (rank, seq);
 
 
--- memory_allocations(run): each allocation matched to its free (the next free of the same
--- address on the same rank and device), with the op that made it: the innermost cpu_op on the
--- allocating thread that encloses the event ('(no op)' outside any), and the host step it was
--- made in. A free whose allocation the trace does not hold (made before profiling) is left out.
+-- memory_allocation_spans(run): each allocation with its free (memory_events' free_seq,
+-- free_ts_ns). A free whose allocation the trace does not hold (made before profiling) is left out.
+-- Columns:
+--   run_id, rank, device_type, device_id, device, addr, bytes, tid
+--   alloc_seq, alloc_ts_ns, free_seq, free_ts_ns   free_* NULL: still held when the trace ends
+CREATE OR REPLACE MACRO memory_allocation_spans(run) AS TABLE
+SELECT run_id, rank, device_type, device_id, device, addr, bytes, tid, seq AS alloc_seq, ts_ns AS alloc_ts_ns,
+       free_seq, free_ts_ns
+FROM memory_events(run) WHERE bytes > 0;
+
+
+-- memory_allocations(run): memory_allocation_spans with the op that made each allocation: the
+-- innermost cpu_op on the allocating thread that encloses the event ('(no op)' outside any), and
+-- the host step it was made in.
 -- Columns:
 --   run_id, rank, device_type, device_id, device, addr, bytes
 --   alloc_seq, alloc_ts_ns, free_seq, free_ts_ns   free_* NULL: still held when the trace ends
@@ -122,24 +143,12 @@ FROM inner_op i JOIN outer_op t USING (rank, seq) JOIN points p USING (rank, seq
 --   top_op      VARCHAR  outermost enclosing cpu_op on that thread (aten::randn, a module's forward)
 --   step        INTEGER  the host step holding the allocation (NULL outside steps)
 CREATE OR REPLACE MACRO memory_allocations(run) AS TABLE
-WITH ev AS (
-    SELECT *, lead(bytes) OVER w AS next_bytes, lead(seq) OVER w AS next_seq, lead(ts_ns) OVER w AS next_ts
-    FROM memory_events(run)
-    WINDOW w AS (PARTITION BY rank, device_type, device_id, addr ORDER BY seq)
-), allocs AS (
-    SELECT run_id, rank, device_type, device_id, device, addr, bytes, tid, seq AS alloc_seq, ts_ns AS alloc_ts_ns,
-           CASE WHEN next_bytes < 0 THEN next_seq END AS free_seq,
-           CASE WHEN next_bytes < 0 THEN next_ts END AS free_ts_ns
-    FROM ev WHERE bytes > 0
-), owner AS (
-    SELECT rank, seq AS alloc_seq, op, top_op FROM memory_event_ops(run)
-)
 SELECT a.run_id, a.rank, a.device_type, a.device_id, a.device, a.addr, a.bytes,
-       a.alloc_seq, a.alloc_ts_ns, a.free_seq, a.free_ts_ns,
-       coalesce(w.op, '(no op)') AS op, coalesce(w.top_op, '(no op)') AS top_op,
+       a.seq AS alloc_seq, a.ts_ns AS alloc_ts_ns, a.free_seq, a.free_ts_ns,
+       coalesce(a.op, '(no op)') AS op, coalesce(a.top_op, '(no op)') AS top_op,
        (SELECT any_value(s.step) FROM steps(run) s
-        WHERE s.rank = a.rank AND s.start_ns <= a.alloc_ts_ns AND a.alloc_ts_ns < s.end_ns) AS step
-FROM allocs a LEFT JOIN owner w USING (rank, alloc_seq);
+        WHERE s.rank = a.rank AND s.start_ns <= a.ts_ns AND a.ts_ns < s.end_ns) AS step
+FROM memory_event_ops(run) a WHERE a.bytes > 0;
 
 
 -- memory_device_summary(run): per rank and device, what ranks[].memory reports.
@@ -242,6 +251,65 @@ WHERE rank = at_rank AND device_type = at_device_type AND device_id = at_device_
 GROUP BY op;
 
 
+-- memory_categories_at_peak(run): at each rank's and device's peak of allocated, the live
+-- allocations (memory_allocation_spans held at peak_ts_ns) by category, inferred from when and on
+-- which thread each was allocated (torch records no category with a [memory] event):
+--   optimizer_state        allocated inside an Optimizer.step#* range on its thread (the
+--                          optimizer's state, and its working memory where the peak is in the step)
+--   gradient               allocated in its step's backward on its thread and still held when
+--                          that backward ends (or never freed)
+--   backward_temporary     allocated in the backward and freed before it ends
+--   activation             allocated in a step before its backward begins on that thread
+--                          (the forward; every allocation of a step without a backward)
+--   parameter_or_input     allocated before the rank's first step (the model, its inputs)
+--   unknown                anything else: between steps, after the backward outside the optimizer
+-- A step's backward on a thread runs from its first to its last autograd op there (cpu_ops named
+-- autograd::engine::evaluate_function: ..., or whose name holds "Backward"), which start in the step.
+-- Columns: rank, device_type, device_id, device, peak_ts_ns, peak_allocated_bytes, category,
+--          allocations, bytes, largest_bytes
+CREATE OR REPLACE MACRO memory_categories_at_peak(run) AS TABLE
+WITH peak AS (
+    SELECT rank, device_type, device_id, device, peak_ts_ns, peak_allocated_bytes FROM memory_device_summary(run)
+), live AS (
+    SELECT a.*, p.peak_ts_ns, p.peak_allocated_bytes, hash(a.rank, coalesce(a.tid, '')) AS thread
+    FROM memory_allocation_spans(run) a JOIN peak p USING (rank, device_type, device_id)
+    WHERE a.alloc_ts_ns <= p.peak_ts_ns AND (a.free_ts_ns IS NULL OR a.free_ts_ns > p.peak_ts_ns)
+), host AS (
+    SELECT rank, hash(rank, coalesce(tid, '')) AS thread, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns,
+           kind = 'cpu_op' AND (name LIKE 'autograd::engine::evaluate_function:%' OR name LIKE '%Backward%') AS is_backward
+    FROM events
+    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND dur_ns IS NOT NULL AND dur_ns >= 0
+      AND rank IN (SELECT DISTINCT rank FROM live)
+      AND ((kind = 'cpu_op' AND (name LIKE 'autograd::engine::evaluate_function:%' OR name LIKE '%Backward%'))
+           OR name LIKE 'Optimizer.step#%')
+), backward AS (
+    SELECT h.rank, h.thread, s.step, min(h.start_ns) AS start_ns, max(h.end_ns) AS end_ns
+    FROM host h JOIN steps(run) s ON s.rank = h.rank AND s.start_ns <= h.start_ns AND h.start_ns < s.end_ns
+    WHERE h.is_backward GROUP BY ALL
+), placed AS (
+    SELECT l.*,
+           (SELECT any_value(s.step) FROM steps(run) s
+            WHERE s.rank = l.rank AND s.start_ns <= l.alloc_ts_ns AND l.alloc_ts_ns < s.end_ns) AS step,
+           (SELECT min(s.start_ns) FROM steps(run) s WHERE s.rank = l.rank) AS first_step_ns,
+           EXISTS (SELECT 1 FROM host h WHERE NOT h.is_backward AND h.thread = l.thread
+                   AND h.start_ns <= l.alloc_ts_ns AND l.alloc_ts_ns <= h.end_ns) AS in_optimizer
+    FROM live l
+), categorised AS (
+    SELECT p.*,
+           CASE WHEN p.in_optimizer THEN 'optimizer_state'
+                WHEN b.start_ns <= p.alloc_ts_ns AND p.alloc_ts_ns <= b.end_ns
+                THEN CASE WHEN p.free_ts_ns IS NULL OR p.free_ts_ns > b.end_ns THEN 'gradient' ELSE 'backward_temporary' END
+                WHEN p.step IS NOT NULL AND (b.start_ns IS NULL OR p.alloc_ts_ns < b.start_ns) THEN 'activation'
+                WHEN p.first_step_ns IS NOT NULL AND p.alloc_ts_ns < p.first_step_ns THEN 'parameter_or_input'
+                ELSE 'unknown' END AS category
+    FROM placed p LEFT JOIN backward b ON b.rank = p.rank AND b.thread = p.thread AND b.step = p.step
+)
+SELECT rank, device_type, device_id, device, any_value(peak_ts_ns) AS peak_ts_ns,
+       any_value(peak_allocated_bytes) AS peak_allocated_bytes, category,
+       count(*) AS allocations, sum(bytes) AS bytes, max(bytes) AS largest_bytes
+FROM categorised GROUP BY rank, device_type, device_id, device, category;
+
+
 -- memory_op_stats(run): the TensorBoard plugin's memory view per op, per rank and device.
 -- self: the allocations and frees made by the op itself (innermost enclosing op); total: by the
 -- op and every op it called, summed over its calls (a call inside a call of the same name counts
@@ -254,10 +322,10 @@ GROUP BY op;
 --   self_net_bytes             self allocated - self freed (> 0: the op leaves memory held)
 --   peak_bytes                 of the op's own allocations, those held at the device's peak
 CREATE OR REPLACE MACRO memory_op_stats(run) AS TABLE
-WITH ev AS (
-    SELECT e.rank, e.device_type, e.device_id, e.device, e.seq, e.ts_ns, hash(e.rank, coalesce(e.tid, '')) AS thread,
-           e.bytes, coalesce(o.op, '(no op)') AS op
-    FROM memory_events(run) e LEFT JOIN memory_event_ops(run) o USING (rank, seq)
+WITH ev AS MATERIALIZED (
+    SELECT rank, device_type, device_id, device, seq, ts_ns, hash(rank, coalesce(tid, '')) AS thread,
+           bytes, free_ts_ns, coalesce(op, '(no op)') AS op
+    FROM memory_event_ops(run)
 ), self AS (
     SELECT rank, device_type, device_id, any_value(device) AS device, op,
            count(*) FILTER (WHERE bytes > 0) AS self_allocations,
@@ -265,38 +333,45 @@ WITH ev AS (
            count(*) FILTER (WHERE bytes < 0) AS self_frees,
            coalesce(-sum(bytes) FILTER (WHERE bytes < 0), 0) AS self_freed_bytes
     FROM ev GROUP BY ALL
-), running AS (
-    -- per thread and device: allocated and freed so far, to read any op's totals off its two ends
-    SELECT thread, device_type, device_id, ts_ns,
-           sum(greatest(bytes, 0)) OVER w AS alloc_cum, sum(greatest(-bytes, 0)) OVER w AS free_cum,
-           sum((bytes > 0)::INTEGER) OVER w AS n_cum
-    FROM ev WINDOW w AS (PARTITION BY thread, device_type, device_id ORDER BY ts_ns, seq ROWS UNBOUNDED PRECEDING)
 ), devices AS (
     SELECT DISTINCT rank, thread, device_type, device_id FROM ev
-), ops AS (
+), ops AS MATERIALIZED (
     SELECT d.rank, d.thread, d.device_type, d.device_id, e.name AS op, e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns
     FROM events e JOIN devices d ON d.rank = e.rank AND d.thread = hash(e.rank, coalesce(e.tid, ''))
     WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns IS NOT NULL AND e.dur_ns >= 0
-), op_totals AS (
-    -- what ran up to the op's end less what ran before its start (strictly before)
-    SELECT o.rank, o.device_type, o.device_id, o.op,
-           coalesce(e.alloc_cum, 0) - coalesce(b.alloc_cum, 0) AS alloc_bytes,
-           coalesce(e.free_cum, 0) - coalesce(b.free_cum, 0) AS freed_bytes,
-           coalesce(e.n_cum, 0) - coalesce(b.n_cum, 0) AS allocs
-    FROM ops o
-    ASOF LEFT JOIN running e ON e.thread = o.thread AND e.device_type = o.device_type AND e.device_id = o.device_id
-                            AND e.ts_ns <= o.end_ns
-    ASOF LEFT JOIN running b ON b.thread = o.thread AND b.device_type = o.device_type AND b.device_id = o.device_id
-                            AND b.ts_ns < o.start_ns
+), op_names AS (
+    -- the sweep sorts a number for each op's name, not the name
+    SELECT op, row_number() OVER () AS op_id FROM (SELECT DISTINCT op FROM ops)
+), edges AS (
+    -- one sweep over the events and the ops' two ends, thread by thread and device by device: at one
+    -- instant an op's start comes before the events (edge -1) and its end after them (edge 1), so
+    -- the running sums read at its start count what ran strictly before it, at its end what ran up
+    -- to its end; both ends lie in one thread's part of the sweep, so what came before that part
+    -- cancels out (no PARTITION BY: DuckDB sorts one big partition on one thread, ~8x slower)
+    SELECT rank, thread, device_type, device_id, ts_ns AS t, 0 AS edge, NULL::BIGINT AS op_id,
+           greatest(bytes, 0) AS alloc, greatest(-bytes, 0) AS freed, (bytes > 0)::INTEGER AS allocs
+    FROM ev
+    UNION ALL
+    SELECT rank, thread, device_type, device_id, start_ns, -1, op_id, 0, 0, 0 FROM ops JOIN op_names USING (op)
+    UNION ALL
+    SELECT rank, thread, device_type, device_id, end_ns, 1, op_id, 0, 0, 0 FROM ops JOIN op_names USING (op)
+), swept AS (
+    SELECT rank, device_type, device_id, op_id, edge,
+           sum(alloc) OVER w AS alloc_cum, sum(freed) OVER w AS free_cum, sum(allocs) OVER w AS n_cum
+    FROM edges
+    WINDOW w AS (ORDER BY thread, device_type, device_id, t, edge ROWS UNBOUNDED PRECEDING)
 ), total AS (
-    SELECT rank, device_type, device_id, op, count(*) AS calls, sum(allocs) AS total_allocations,
-           sum(alloc_bytes) AS total_allocated_bytes, sum(freed_bytes) AS total_freed_bytes
-    FROM op_totals GROUP BY ALL
+    -- summed over an op's calls: (running sum at its end) - (running sum at its start)
+    SELECT rank, device_type, device_id, any_value(n.op) AS op, count(*) FILTER (WHERE edge = -1) AS calls,
+           CAST(sum(edge * n_cum) AS BIGINT) AS total_allocations,
+           CAST(sum(edge * alloc_cum) AS BIGINT) AS total_allocated_bytes,
+           CAST(sum(edge * free_cum) AS BIGINT) AS total_freed_bytes
+    FROM swept JOIN op_names n USING (op_id) WHERE edge <> 0 GROUP BY rank, device_type, device_id, op_id
 ), at_peak AS (
     SELECT a.rank, a.device_type, a.device_id, a.op, sum(a.bytes) AS peak_bytes
-    FROM memory_allocations(run) a JOIN memory_device_summary(run) p
+    FROM ev a JOIN memory_device_summary(run) p
       ON p.rank = a.rank AND p.device_type = a.device_type AND p.device_id = a.device_id
-     AND a.alloc_ts_ns <= p.peak_ts_ns AND (a.free_ts_ns IS NULL OR a.free_ts_ns > p.peak_ts_ns)
+     AND a.bytes > 0 AND a.ts_ns <= p.peak_ts_ns AND (a.free_ts_ns IS NULL OR a.free_ts_ns > p.peak_ts_ns)
     GROUP BY ALL
 )
 SELECT s.rank, s.device, s.op, coalesce(t.calls, 0) AS calls,
