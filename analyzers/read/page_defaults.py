@@ -1,7 +1,7 @@
 """The stored whole-run tables of the pages' default views (table page_defaults, store/schema.sql):
 written once per analysis while its views are cached (queries.store_page_defaults), read back by
 the query that would otherwise compute them (queries.PAGE_DEFAULTS). Each table is kept as the
-Parquet bytes of its frame, so it reads back with the columns and types it was written with."""
+Parquet file DuckDB writes of the query's result, so it reads back with its columns and types."""
 from __future__ import annotations
 
 import io
@@ -11,7 +11,7 @@ import duckdb
 
 from analyzers.analysis.version import analysis_version
 
-if TYPE_CHECKING:    # pandas is imported when a table is read or written (the CLI's start-up stays lean)
+if TYPE_CHECKING:    # pandas is imported when a table is read (the CLI's start-up stays lean)
     import pandas as pd
 
 
@@ -25,19 +25,19 @@ def read(con: duckdb.DuckDBPyConnection, run_id: str, name: str) -> pd.DataFrame
         return None
     if not rows:
         return None
-    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    return pd.read_parquet(io.BytesIO(rows[0][0]))
+    table = pq.read_table(io.BytesIO(rows[0][0]))
+    # DECIMAL columns as DuckDB's .df() hands them: float64
+    schema = pa.schema([f.with_type(pa.float64()) if pa.types.is_decimal(f.type) else f for f in table.schema])
+    return table.cast(schema).to_pandas()
 
 
-def write(con: duckdb.DuckDBPyConnection, run_id: str, tables: dict[str, pd.DataFrame]) -> None:
-    """Replace the run's stored tables with `tables` (the frames as the queries return them)."""
+def write(con: duckdb.DuckDBPyConnection, run_id: str, tables: dict[str, bytes]) -> None:
+    """Replace the run's stored tables with `tables` (each a Parquet file's bytes)."""
     version = analysis_version()
-    rows = []
-    for name, frame in tables.items():
-        buffer = io.BytesIO()
-        frame.to_parquet(buffer, index=False)
-        rows.append([run_id, name, version, buffer.getvalue()])
     con.execute("DELETE FROM page_defaults WHERE run_id = ?", [run_id])
-    if rows:
-        con.executemany("INSERT INTO page_defaults VALUES (?, ?, ?, ?)", rows)
+    if tables:
+        con.executemany("INSERT INTO page_defaults VALUES (?, ?, ?, ?)",
+                        [[run_id, name, version, data] for name, data in tables.items()])

@@ -8,7 +8,10 @@ Only the timeline and its export read raw events, since they draw every kind of 
 """
 from __future__ import annotations
 
+import contextvars
 import json
+import os
+import tempfile
 from typing import TYPE_CHECKING, Any, Mapping
 
 import duckdb
@@ -22,8 +25,21 @@ from analyzers.read.fixes import choose_fixes
 from analyzers.store.runs import require_run
 from analyzers.sql.engine import ensure_loaded
 
+# While set (store_page_defaults), _frame writes its result to this Parquet file instead of
+# returning it: the page tables are stored without pandas (the CLI's analysis does not import it).
+_PARQUET_SINK: contextvars.ContextVar[str | None] = contextvars.ContextVar("parquet_sink", default=None)
+
+
 def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> pd.DataFrame:
+    sink = _PARQUET_SINK.get()
+    if sink is not None:
+        ensure_loaded(con).execute(f"COPY ({sql}) TO {_sql_text(sink)} (FORMAT parquet)", params)
+        return None
     return ensure_loaded(con).execute(sql, params).df()
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 # step_breakdown's ns columns as the pages read them (ms, the names their charts use)
@@ -790,6 +806,18 @@ PAGE_DEFAULTS: dict[str, Any] = {
 
 def store_page_defaults(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     """Compute PAGE_DEFAULTS on `con` (inside the analysis, while the run's views are cached) and
-    store them for the run, replacing the previous analysis's."""
+    store them for the run, replacing the previous analysis's; each query's result goes straight
+    to a Parquet file (_PARQUET_SINK)."""
     page_defaults.write(con, run_id, {})           # computed afresh, not read back from an older analysis
-    page_defaults.write(con, run_id, {name: compute(con, run_id) for name, compute in PAGE_DEFAULTS.items()})
+    tables = {}
+    with tempfile.TemporaryDirectory(prefix="tracedoctor-pages-") as folder:
+        for name, compute in PAGE_DEFAULTS.items():
+            path = os.path.join(folder, f"{name}.parquet")
+            token = _PARQUET_SINK.set(path)
+            try:
+                compute(con, run_id)
+            finally:
+                _PARQUET_SINK.reset(token)
+            with open(path, "rb") as written:
+                tables[name] = written.read()
+    page_defaults.write(con, run_id, tables)
