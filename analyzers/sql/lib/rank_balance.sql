@@ -128,8 +128,8 @@ FROM grouped;
 -- Columns:
 --   rank, blocked (BOOLEAN: the thread runs none of its own ops; else comm is hidden behind them)
 --   start_ns, end_ns, dur_ns
--- The training thread carries ProfilerStep#N; on a rank whose steps were inferred, it is the
--- thread the repeating marker runs on most. Its own work is its cpu_ops, except ops that issue a
+-- The training thread is main_threads' (lib/steps.sql: the one carrying ProfilerStep#N, else the
+-- busiest). Its own work is its cpu_ops, except ops that issue a
 -- collective inside them (the autograd hook DDP all-reduces from, a comm hook that waits on its
 -- future): those may be waiting, so only their children count. A torch 2.13 CPU trace records no
 -- span for the wait itself (work.wait(), DDP's finalize after backward): it is the thread's
@@ -138,21 +138,9 @@ CREATE OR REPLACE MACRO cpu_comm_blocked(run, in_flight) AS TABLE
 WITH in_flight_spans AS MATERIALIZED (
     SELECT rank, start_ns, end_ns FROM query_table(in_flight)
 ), step_windows AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns, marker FROM steps(run) WHERE rank IN (SELECT rank FROM in_flight_spans)
-), marker_threads AS (
-    -- inferred steps: the thread the marker repeats on (most occurrences; lowest tid on a tie)
-    SELECT e.rank, e.pid, e.tid
-    FROM events e JOIN (SELECT DISTINCT grp AS rank, marker FROM step_windows WHERE marker IS NOT NULL) m
-         ON m.rank = e.rank AND m.marker = e.name
-    WHERE e.run_id = run AND e.kind IN ('cpu_op', 'user_annotation', 'python_function')
-    GROUP BY e.rank, e.pid, e.tid
-    QUALIFY row_number() OVER (PARTITION BY e.rank ORDER BY count(*) DESC, e.pid, e.tid) = 1
+    SELECT rank AS grp, start_ns, end_ns FROM steps(run) WHERE rank IN (SELECT rank FROM in_flight_spans)
 ), training_threads AS (
-    SELECT DISTINCT rank, pid, tid FROM events
-    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND is_profiler_step(name)
-      AND rank IN (SELECT rank FROM in_flight_spans)
-    UNION
-    SELECT rank, pid, tid FROM marker_threads
+    SELECT rank, pid, tid FROM main_threads(run) WHERE rank IN (SELECT rank FROM in_flight_spans)
 ), thread_ops AS MATERIALIZED (
     SELECT e.rank, e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
            starts_with(e.name, 'c10d::') OR starts_with(e.name, '_c10d_functional::')

@@ -36,13 +36,55 @@ GROUP BY run_id, rank, step;
 CREATE OR REPLACE MACRO profiler_step_names(run) AS TABLE
 SELECT count(DISTINCT step) AS n_step_names FROM profiler_steps(run);
 
+-- stepless_top_level_ops(run): on each rank without ProfilerStep ranges, its host ranges (cpu_op,
+-- user_annotation) that no other range of their thread encloses: an op starting at or after the end
+-- of every earlier op of its thread. Python frames, which enclose everything, are left out.
+-- Columns:
+--   rank     INTEGER
+--   pid, tid VARCHAR  as in events
+--   name     VARCHAR
+--   start_ns, end_ns  BIGINT
+CREATE OR REPLACE MACRO stepless_top_level_ops(run) AS TABLE
+SELECT rank, pid, tid, name, start_ns, end_ns
+FROM (SELECT rank, pid, tid, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns,
+             max(ts_ns + dur_ns) OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, ts_ns + dur_ns DESC
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS enclosing_end_ns
+      FROM events
+      WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND dur_ns IS NOT NULL
+        AND rank NOT IN (SELECT rank FROM profiler_steps(run)))
+WHERE enclosing_end_ns IS NULL OR start_ns >= enclosing_end_ns;
+
+-- main_threads(run): each rank's training thread, the one host thread the step-level views read
+-- (cpu_comm_blocked's own work and blocked time, inferred_steps' repeating op, the timeline's first
+-- CPU lane). It is the thread carrying the rank's ProfilerStep#N ranges (of several, the one with
+-- the most step time); on a rank without them, the thread with the most top-level op time
+-- (stepless_top_level_ops). Ties: the lowest pid, then tid. One row per rank with host ops.
+-- Columns:
+--   rank     INTEGER
+--   pid, tid VARCHAR  as in events (NULL where the trace has none)
+--   source   VARCHAR  'profiler_step' | 'busiest'
+CREATE OR REPLACE MACRO main_threads(run) AS TABLE
+WITH step_threads AS (
+    SELECT rank, pid, tid, sum(dur_ns) AS busy_ns, 'profiler_step' AS source
+    FROM events
+    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND is_profiler_step(name) AND dur_ns IS NOT NULL
+    GROUP BY rank, pid, tid
+), busiest_threads AS (
+    SELECT rank, pid, tid, sum(end_ns - start_ns) AS busy_ns, 'busiest' AS source
+    FROM stepless_top_level_ops(run)
+    GROUP BY rank, pid, tid
+)
+SELECT rank, pid, tid, source
+FROM (SELECT * FROM step_threads UNION ALL SELECT * FROM busiest_threads)
+QUALIFY row_number() OVER (PARTITION BY rank ORDER BY busy_ns DESC, pid NULLS LAST, tid NULLS LAST) = 1;
+
 -- inferred_steps(run): training iterations of the ranks WITHOUT ProfilerStep ranges (a profile
 -- taken without a schedule, torch.autograd.profiler captures, inference), found where the rank's
 -- host activity repeats. The marker that repeats, first choice first:
 --   'dataloader'  enumerate(DataLoader)#...__next__: the loop fetching its next batch
 --   'optimizer'   Optimizer.step#...: the end of each training step
---   'op'          a top-level op (not inside another op) of the rank's main thread (the thread
---                 with the most top-level op time) that recurs over the whole loop: of the names
+--   'op'          a top-level op (not inside another op) of the rank's training thread
+--                 (main_threads) that recurs over the whole loop: of the names
 --                 whose first-to-last occurrence spans at least 90% of the widest such span, the
 --                 rarest (once per iteration), the earliest on a tie
 -- A marker must occur at least 3 times on one thread (of several threads or names, the most
@@ -81,23 +123,12 @@ WITH stepless_ranks AS MATERIALIZED (
     FROM named_markers
     GROUP BY rank, tid, name, what
     HAVING count(DISTINCT start_ns) >= library_threshold('INFERRED_STEP_MIN_REPEATS')
-), top_level AS (
-    -- an op starting at or after the end of every earlier op of its thread is not inside one
-    -- (Python frames, which enclose everything, are left out); only ranks without a named marker
-    SELECT rank, tid, name, start_ns, end_ns
-    FROM (SELECT *, max(end_ns) OVER (PARTITION BY rank, tid ORDER BY start_ns, end_ns DESC
-                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS enclosing_end_ns
-          FROM host_ops
-          WHERE kind IN ('cpu_op', 'user_annotation') AND rank NOT IN (SELECT rank FROM named_candidates))
-    WHERE enclosing_end_ns IS NULL OR start_ns >= enclosing_end_ns
-), main_thread AS (
-    SELECT rank, arg_max(tid, busy_ns) AS tid
-    FROM (SELECT rank, tid, sum(end_ns - start_ns) AS busy_ns FROM top_level GROUP BY rank, tid)
-    GROUP BY rank
 ), recurring_ops AS (
     SELECT t.rank, t.tid, t.name, count(DISTINCT t.start_ns) AS occurrences, min(t.start_ns) AS first_ns,
            max(t.start_ns) - min(t.start_ns) AS spread_ns
-    FROM top_level t JOIN main_thread m ON m.rank = t.rank AND m.tid IS NOT DISTINCT FROM t.tid
+    FROM stepless_top_level_ops(run) t JOIN main_threads(run) m
+         ON m.rank = t.rank AND m.pid IS NOT DISTINCT FROM t.pid AND m.tid IS NOT DISTINCT FROM t.tid
+    WHERE t.rank NOT IN (SELECT rank FROM named_candidates)
     GROUP BY t.rank, t.tid, t.name
     HAVING count(DISTINCT t.start_ns) >= library_threshold('INFERRED_STEP_MIN_REPEATS')
 ), candidates AS (
