@@ -171,13 +171,13 @@ def timeline_window(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, t1_
           AND ts_ns < $t1 AND ts_ns + dur_ns > $t0
           AND ($ranks IS NULL OR list_contains($ranks, rank))
     ),
-    -- nesting within each lane: lib/intervals.sql interval_depth
+    -- nesting within each lane: lib/intervals.sql event_depth
     lane_events AS (
         SELECT (rank, is_gpu, lane_pid, lane_tid) AS grp, event_no AS id, ts_ns AS start_ns, end_ns FROM win
     ),
     nested AS (
         SELECT w.*, least(greatest(d.depth, 0), $max_depth)::INTEGER AS depth
-        FROM win w JOIN interval_depth('lane_events') d ON d.id = w.event_no
+        FROM win w JOIN event_depth('lane_events') d ON d.id = w.event_no
     ),
     long_events AS (
         SELECT rank, is_gpu, lane_pid, lane_tid, depth, kind, name, ts_ns AS start_ns, end_ns, 1 AS n_events, stream

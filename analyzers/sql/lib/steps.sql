@@ -37,46 +37,56 @@ CREATE OR REPLACE MACRO profiler_step_names(run) AS TABLE
 SELECT count(DISTINCT step) AS n_step_names FROM profiler_steps(run);
 
 -- stepless_top_level_ops(run): on each rank without ProfilerStep ranges, its host ranges (cpu_op,
--- user_annotation) that no other range of their thread encloses: an op starting at or after the end
--- of every earlier op of its thread. Python frames, which enclose everything, are left out.
+-- user_annotation) that no other range of their thread encloses (depth 0 by lib/intervals.sql
+-- event_depth). Python frames, which enclose everything, are left out.
 -- Columns:
 --   rank     INTEGER
 --   pid, tid VARCHAR  as in events
 --   name     VARCHAR
 --   start_ns, end_ns  BIGINT
 CREATE OR REPLACE MACRO stepless_top_level_ops(run) AS TABLE
-SELECT rank, pid, tid, name, start_ns, end_ns
-FROM (SELECT rank, pid, tid, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns,
-             max(ts_ns + dur_ns) OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, ts_ns + dur_ns DESC
-                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS enclosing_end_ns
-      FROM events
-      WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND dur_ns IS NOT NULL
-        AND rank NOT IN (SELECT rank FROM profiler_steps(run)))
-WHERE enclosing_end_ns IS NULL OR start_ns >= enclosing_end_ns;
+WITH host_ranges AS MATERIALIZED (
+    SELECT row_number() OVER () AS id, rank, pid, tid, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
+    FROM events
+    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND dur_ns IS NOT NULL
+      AND rank NOT IN (SELECT rank FROM profiler_steps(run))
+), thread_ranges AS (
+    SELECT hash(rank, pid, tid) AS grp, id, start_ns, end_ns FROM host_ranges
+)
+SELECT h.rank, h.pid, h.tid, h.name, h.start_ns, h.end_ns
+FROM event_depth('thread_ranges') d JOIN host_ranges h ON h.id = d.id
+WHERE d.depth = 0;
 
 -- main_threads(run): each rank's training thread, the one host thread the step-level views read
 -- (cpu_comm_blocked's own work and blocked time, inferred_steps' repeating op, the timeline's first
--- CPU lane). It is the thread carrying the rank's ProfilerStep#N ranges (of several, the one with
--- the most step time); on a rank without them, the thread with the most top-level op time
--- (stepless_top_level_ops). Ties: the lowest pid, then tid. One row per rank with host ops.
+-- CPU lane). First choice first:
+--   'profiler_step'  the thread carrying the rank's ProfilerStep#N ranges (of several, the one
+--                    with the most step time)
+--   'process_main'   on a rank without them, the process's main thread, where a training loop
+--                    runs: Kineto writes it with the process id as its tid (of several processes,
+--                    the one with the most top-level op time, stepless_top_level_ops)
+--   'busiest'        else the thread with the most top-level op time
+-- Ties: the lowest pid, then tid. One row per rank with host ops.
 -- Columns:
 --   rank     INTEGER
 --   pid, tid VARCHAR  as in events (NULL where the trace has none)
---   source   VARCHAR  'profiler_step' | 'busiest'
+--   source   VARCHAR  'profiler_step' | 'process_main' | 'busiest'
 CREATE OR REPLACE MACRO main_threads(run) AS TABLE
 WITH step_threads AS (
-    SELECT rank, pid, tid, sum(dur_ns) AS busy_ns, 'profiler_step' AS source
+    SELECT rank, pid, tid, sum(dur_ns) AS busy_ns, 'profiler_step' AS source, 1 AS preference
     FROM events
     WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND is_profiler_step(name) AND dur_ns IS NOT NULL
     GROUP BY rank, pid, tid
-), busiest_threads AS (
-    SELECT rank, pid, tid, sum(end_ns - start_ns) AS busy_ns, 'busiest' AS source
+), other_threads AS (
+    SELECT rank, pid, tid, sum(end_ns - start_ns) AS busy_ns,
+           CASE WHEN tid = pid THEN 'process_main' ELSE 'busiest' END AS source,
+           CASE WHEN tid = pid THEN 2 ELSE 3 END AS preference
     FROM stepless_top_level_ops(run)
     GROUP BY rank, pid, tid
 )
 SELECT rank, pid, tid, source
-FROM (SELECT * FROM step_threads UNION ALL SELECT * FROM busiest_threads)
-QUALIFY row_number() OVER (PARTITION BY rank ORDER BY busy_ns DESC, pid NULLS LAST, tid NULLS LAST) = 1;
+FROM (SELECT * FROM step_threads UNION ALL SELECT * FROM other_threads)
+QUALIFY row_number() OVER (PARTITION BY rank ORDER BY preference, busy_ns DESC, pid NULLS LAST, tid NULLS LAST) = 1;
 
 -- inferred_steps(run): training iterations of the ranks WITHOUT ProfilerStep ranges (a profile
 -- taken without a schedule, torch.autograd.profiler captures, inference), found where the rank's
