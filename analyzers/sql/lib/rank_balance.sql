@@ -175,25 +175,23 @@ WHERE in_a;
 -- activity, from that rank's events alone (sql.engine.run_cache computes it rank by rank), in ns over
 -- the whole trace: span_ns, compute_ns, comm_ns, exposed_ns, held_ns (NULL where it has none).
 CREATE OR REPLACE MACRO rank_gpu_work(run, host_blocked_min_ns) AS TABLE
-WITH act AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns, category FROM gpu_activity(run) WHERE counted
-), gpu_windows AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns FROM gpu_steps(run)
-), act_in_steps AS MATERIALIZED (
-    SELECT grp, start_ns, end_ns, category FROM interval_clip('act', 'gpu_windows')
-), compute_act AS (
-    SELECT grp, start_ns, end_ns FROM act_in_steps WHERE category = 'compute'
-), comm_act AS (
-    SELECT grp, start_ns, end_ns FROM act_in_steps WHERE category = 'comm'
+WITH act AS (
+    SELECT rank, start_ns, end_ns FROM gpu_activity(run) WHERE counted
 ), gpu_span AS (
-    SELECT grp AS rank, max(end_ns) - min(start_ns) AS span_ns FROM act GROUP BY grp
+    SELECT rank, max(end_ns) - min(start_ns) AS span_ns FROM act GROUP BY rank
+), segments AS MATERIALIZED (
+    -- what the GPU does inside the steps: lib/step_costs.sql gpu_step_segments
+    -- of counted activity (HTA's rule, as rank_balance's other GPU figures)
+    SELECT rank, start_ns, end_ns, dur_ns, counted_compute, counted_comm FROM gpu_step_segments(run)
+    WHERE counted_compute > 0 OR counted_comm > 0
 ), compute_union AS (
-    SELECT grp AS rank, union_ns AS compute_ns FROM interval_union_total('compute_act')
+    SELECT rank, sum(dur_ns) FILTER (WHERE counted_compute > 0) AS compute_ns FROM segments GROUP BY rank
 ), comm_union AS (
     -- communication inside the steps: rank_step_costs' (the ranks table's comm per step)
     SELECT rank, comm_in_steps_ns AS comm_ns FROM rank_step_costs(run)
 ), exposed_pieces AS MATERIALIZED (
-    SELECT grp, start_ns, end_ns, dur_ns FROM interval_subtract('comm_act', 'compute_act')
+    -- communication no compute kernel overlaps
+    SELECT rank AS grp, start_ns, end_ns, dur_ns FROM segments WHERE counted_compute = 0 AND counted_comm > 0
 ), comm_exposed AS (
     SELECT grp AS rank, sum(dur_ns) AS exposed_ns FROM exposed_pieces GROUP BY grp
 ), host_blocked AS (
