@@ -57,6 +57,16 @@ SELECT h.rank, h.pid, h.tid, h.name, h.start_ns, h.end_ns
 FROM event_depth('thread_ranges') d JOIN host_ranges h ON h.id = d.id
 WHERE d.depth = 0;
 
+-- stepless_main_threads(top_level): main_threads' choice on the ranks without ProfilerSteps, from
+-- the NAME of a table of their top-level ops (stepless_top_level_ops' columns).
+-- Columns: rank, pid, tid, source ('process_main' | 'busiest')
+CREATE OR REPLACE MACRO stepless_main_threads(top_level) AS TABLE
+SELECT rank, pid, tid, CASE WHEN tid = pid THEN 'process_main' ELSE 'busiest' END AS source
+FROM query_table(top_level)
+GROUP BY rank, pid, tid
+QUALIFY row_number() OVER (PARTITION BY rank ORDER BY tid = pid DESC, sum(end_ns - start_ns) DESC,
+                                                      pid NULLS LAST, tid NULLS LAST) = 1;
+
 -- main_threads(run): each rank's training thread, the one host thread the step-level views read
 -- (cpu_comm_blocked's own work and blocked time, inferred_steps' repeating op, the timeline's first
 -- CPU lane). First choice first:
@@ -73,20 +83,17 @@ WHERE d.depth = 0;
 --   source   VARCHAR  'profiler_step' | 'process_main' | 'busiest'
 CREATE OR REPLACE MACRO main_threads(run) AS TABLE
 WITH step_threads AS (
-    SELECT rank, pid, tid, sum(dur_ns) AS busy_ns, 'profiler_step' AS source, 1 AS preference
+    SELECT rank, pid, tid, 'profiler_step' AS source
     FROM events
     WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND is_profiler_step(name) AND dur_ns IS NOT NULL
     GROUP BY rank, pid, tid
-), other_threads AS (
-    SELECT rank, pid, tid, sum(end_ns - start_ns) AS busy_ns,
-           CASE WHEN tid = pid THEN 'process_main' ELSE 'busiest' END AS source,
-           CASE WHEN tid = pid THEN 2 ELSE 3 END AS preference
-    FROM stepless_top_level_ops(run)
-    GROUP BY rank, pid, tid
+    QUALIFY row_number() OVER (PARTITION BY rank ORDER BY sum(dur_ns) DESC, pid NULLS LAST, tid NULLS LAST) = 1
+), top_level AS (
+    SELECT * FROM stepless_top_level_ops(run)
 )
-SELECT rank, pid, tid, source
-FROM (SELECT * FROM step_threads UNION ALL SELECT * FROM other_threads)
-QUALIFY row_number() OVER (PARTITION BY rank ORDER BY preference, busy_ns DESC, pid NULLS LAST, tid NULLS LAST) = 1;
+SELECT * FROM step_threads
+UNION ALL
+SELECT * FROM stepless_main_threads('top_level');
 
 -- inferred_steps(run): training iterations of the ranks WITHOUT ProfilerStep ranges (a profile
 -- taken without a schedule, torch.autograd.profiler captures, inference), found where the rank's
@@ -133,10 +140,13 @@ WITH stepless_ranks AS MATERIALIZED (
     FROM named_markers
     GROUP BY rank, tid, name, what
     HAVING count(DISTINCT start_ns) >= library_threshold('INFERRED_STEP_MIN_REPEATS')
+), top_level AS MATERIALIZED (
+    SELECT * FROM stepless_top_level_ops(run)
 ), recurring_ops AS (
+    -- on the training thread (main_threads' choice on a rank without ProfilerSteps)
     SELECT t.rank, t.tid, t.name, count(DISTINCT t.start_ns) AS occurrences, min(t.start_ns) AS first_ns,
            max(t.start_ns) - min(t.start_ns) AS spread_ns
-    FROM stepless_top_level_ops(run) t JOIN main_threads(run) m
+    FROM top_level t JOIN stepless_main_threads('top_level') m
          ON m.rank = t.rank AND m.pid IS NOT DISTINCT FROM t.pid AND m.tid IS NOT DISTINCT FROM t.tid
     WHERE t.rank NOT IN (SELECT rank FROM named_candidates)
     GROUP BY t.rank, t.tid, t.name

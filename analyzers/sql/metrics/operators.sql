@@ -314,7 +314,9 @@ WITH RECURSIVE windows AS MATERIALIZED (
            window_ns, whole_run
     FROM host_view_windows(run, t0_ns, t1_ns, only_rank, only_step)
 ), scopes AS MATERIALIZED (
-    SELECT row_number() OVER () AS scope_id, e.rank, coalesce(e.tid, '') AS tid,
+    -- ids in a fixed order: of two scopes with the same bounds, event_depth nests the later id inside
+    SELECT row_number() OVER (ORDER BY e.rank, e.tid, e.ts_ns, e.dur_ns DESC, e.name) AS scope_id,
+           e.rank, coalesce(e.tid, '') AS tid,
            CASE WHEN e.kind = 'python_function' THEN substr(e.name, length('nn.Module: ') + 1) ELSE e.name END AS name,
            CASE WHEN e.kind = 'python_function' THEN 'module' ELSE 'annotation' END AS source,
            e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns,
