@@ -44,9 +44,11 @@ def analyze_stored_run(con: duckdb.DuckDBPyConnection, run_id: str,
     """Re-run every analysis on a stored run (refreshing its findings) and return its report."""
     from analyzers.execution.pipeline import analyze_run
     from analyzers.read.fixes import computed_finding_contract
+    from analyzers.read.queries import store_page_defaults
     from analyzers.read.report import build_report
 
-    analyze_run(con, run_id, progress=progress, runner=runner, contract_of=computed_finding_contract)
+    analyze_run(con, run_id, progress=progress, runner=runner, contract_of=computed_finding_contract,
+                store_page_tables=store_page_defaults)
     return build_report(con, run_id, errors=tuple(errors))
 
 

@@ -22,9 +22,13 @@ compares the file it opened with the one at the path), said once per session, an
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import threading
+import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -67,6 +71,9 @@ class StoreLease:
     replacements: int = 0         # how often the file was found deleted or replaced
     replaced_how: str = ""        # "deleted" or "replaced", the last time
     replacements_handled: int = 0  # replacements whose stale caches were dropped (store_changed)
+    # cursors handed out and not yet closed, and the pending linger close: shutdown() stops both
+    _cursors: weakref.WeakSet = field(default_factory=weakref.WeakSet)
+    _linger: threading.Timer | None = None
 
     def _file_identity(self) -> tuple[int, int] | None:
         try:
@@ -124,10 +131,12 @@ class StoreLease:
             self._users += 1
             try:
                 # a cursor is a connection of its own: `events` gets the Parquet partitions there too
-                return partitions.attach(self._con.cursor())
+                cursor = partitions.attach(self._con.cursor())
             except BaseException:
                 self._users -= 1
                 raise
+            self._cursors.add(cursor)
+            return cursor
 
     def release(self, cursor: duckdb.DuckDBPyConnection) -> None:
         try:
@@ -139,9 +148,34 @@ class StoreLease:
             if self._users > 0 or self._con is None:
                 return
             generation = self._generation
-        timer = threading.Timer(LINGER_S, self._close_if_unused, args=(generation,))
-        timer.daemon = True
-        timer.start()
+            if self._linger is not None:
+                self._linger.cancel()
+            self._linger = threading.Timer(LINGER_S, self._close_if_unused, args=(generation,))
+            self._linger.daemon = True
+            self._linger.start()
+
+    def shutdown(self, wait_s: float = 5.0) -> None:
+        """At interpreter exit: interrupt the queries still running on page threads, wait for them
+        to hand their cursors back, and close the store on this thread. A daemon thread still inside
+        DuckDB when the interpreter finalises is ended with pthread_exit, whose unwinding through
+        DuckDB's C++ frames aborts the process ("FATAL: exception not rethrown")."""
+        with self._lock:
+            if self._linger is not None:
+                self._linger.cancel()
+            cursors = list(self._cursors)
+        for cursor in cursors:
+            with contextlib.suppress(duckdb.Error):
+                cursor.interrupt()
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._users == 0:
+                    break
+            time.sleep(0.01)
+        with self._lock:
+            if self._con is not None:
+                with contextlib.suppress(duckdb.Error):
+                    self._close()
 
     def _close_if_unused(self, generation: int) -> None:
         with self._lock:
@@ -185,7 +219,9 @@ def db_path() -> str:
 
 @st.cache_resource(show_spinner=False)
 def _lease(path: str) -> StoreLease:
-    return StoreLease(path=path)
+    lease = StoreLease(path=path)
+    atexit.register(lease.shutdown)
+    return lease
 
 
 def lease() -> StoreLease:
@@ -307,6 +343,7 @@ def ingest(paths: list[str], name: str | None = None, progress: Callable[..., No
                 try:
                     outcome["findings"] = len(analyze_run(
                         cur(), result.run_id, runner=runner, contract_of=computed_finding_contract,
+                        store_page_tables=queries.store_page_defaults,
                         progress=lambda stage, item, fraction, **details: tell(stage, item, fraction, job=job,
                                                                                **details)))
                 except Exception as exc:  # the run is stored; say plainly that its analysis failed
@@ -341,7 +378,8 @@ def reanalyze(run_id: str, actor: str | None = None, why: str | None = None) -> 
 
     address = os.environ.get(CLUSTER_ENV_VAR) or None
     with lease().write_lock, executor(address if partitions.locations(cur(), run_id) else None) as engine:
-        analyze_run(cur(), run_id, runner=engine if address else None, contract_of=computed_finding_contract)
+        analyze_run(cur(), run_id, runner=engine if address else None, contract_of=computed_finding_contract,
+                    store_page_tables=queries.store_page_defaults)
         run_store.record_audit(cur(), "reanalyse", run_id, actor, why)
     st.cache_data.clear()
 
@@ -414,7 +452,8 @@ def _load_samples(path: str, manifest: str | None) -> list[FileError]:
                     analysed = con.execute("SELECT count(*) FROM findings WHERE run_id = ?",
                                            [result.run_id]).fetchone()[0]
                     if analyze_run is not None and (not result.reused or not analysed):
-                        analyze_run(con, result.run_id, contract_of=computed_finding_contract)
+                        analyze_run(con, result.run_id, contract_of=computed_finding_contract,
+                                    store_page_tables=queries.store_page_defaults)
                     label = entry.get("label")
                     if label and not result.reused:
                         run_store.set_notes(con, result.run_id, label)

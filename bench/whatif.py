@@ -55,7 +55,8 @@ PAIRS = [
 ]
 CPU_DEMOS = {"dataloader_tuning": "dataloader_stall", "balanced_sampler": "rank_imbalance",
              "no_sync_accumulation": "comm_exposed", "ddp_bucket_tuning": "comm_exposed",
-             "comm_compression": "comm_exposed", "fused_optimizer": "launch_gap"}
+             "comm_compression": "comm_exposed", "fused_optimizer": "launch_gap",
+             "preprocess_in_workers": "untraced_host_time"}
 
 
 def analyse(path: Path, db: str) -> dict:

@@ -13,7 +13,7 @@ from analyzers.analysis.whatif import fix_model, stored_whatif
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 MODELLED = ("dataloader_stall", "host_sync", "h2d_stall", "launch_gap", "fp32_matmul", "comm_exposed",
-            "rank_imbalance", "runtime_stall")
+            "rank_imbalance", "runtime_stall", "untraced_host_time")
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +183,36 @@ def test_critical_path_agrees_with_htas_on_its_test_trace(tmp_path):
                        hta_critical(CRITICAL_PATH / "end_to_end__simple_add__output__overlaid_critical_path_trace.json.gz"))
     assert rows["runtime"]["recall"] >= 0.95 and rows["runtime"]["precision"] >= 0.9
     assert rows["memcpy"]["recall"] == 1.0
+
+
+def test_the_h2d_model_drops_only_the_syncs_that_wait_for_the_copy(tmp_path):
+    """A sync right after a pageable copy goes with the copy when it syncs the copy's stream (or one
+    the trace does not name); a sync of another stream waits for other work and stays."""
+    import numpy as np
+
+    from analyzers.analysis.whatif.graph import COPY, SYNC, T_STREAM, build_run_graph
+    from analyzers.analysis.whatif.replay import replay_run
+    from analyzers.common import thresholds as th
+
+    db = str(tmp_path / "store.duckdb")
+    report = analyze_paths([str(SAMPLES / "gpu_cuda_prefetcher_before")], db_path=db)
+    finding = next(f for f in report["findings"] if f["kind"] == "h2d_stall")
+    t = th.resolve(None)
+    with duckdb.connect(db) as con:
+        from analyzers.sql.engine import ensure_loaded
+        run = build_run_graph(ensure_loaded(con).cursor(), report["run"]["run_id"], t)
+    model = fix_model("h2d_stall")
+
+    def predicted(sync_stream_of):
+        ranks = []
+        for g in run.ranks:
+            after_copy = np.concatenate([[False], (g.h_type == COPY)[:-1]]) & (g.h_type == SYNC)
+            ranks.append(g.replace(h_target_kind=np.where(after_copy, T_STREAM, g.h_target_kind),
+                                   h_target=np.where(after_copy, sync_stream_of(g), g.h_target)))
+        effect = model.transform(run.replace(ranks=ranks), finding, t)
+        return replay_run(effect.graph).mean_step_ns(), int(sum(h.host.sum() for h in effect.touched.values()))
+
+    copy_stream = predicted(lambda g: np.int64(g.g_stream[g.g_copy_dir == "HtoD"][0]))
+    other_stream = predicted(lambda g: np.int64(10_000))
+    assert copy_stream[1] > other_stream[1]          # the copy's syncs were dropped, the others kept
+    assert copy_stream[0] < other_stream[0]          # and dropping them is what shortens the step

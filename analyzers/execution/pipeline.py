@@ -190,16 +190,27 @@ def _finish(ctx: AnalysisContext, findings: list[Finding], results: list[PassRes
 
 def analyze_run(con: duckdb.DuckDBPyConnection, run_id: str,
                 thresholds: Mapping[str, Any] | None = None, progress: Progress | None = None,
-                runner=None, contract_of=None) -> list[Finding]:
+                runner=None, contract_of=None, store_page_tables=None) -> list[Finding]:
     """Run all analyses, replace the run's rows in `findings`, then the run's what-if replay
     (analyzers.analysis.whatif), return findings by cost (desc); progress: told each analysis stage
     (analyzers/common/progress.py); runner: see analyze_root_causes; contract_of: how the replay
     learns each finding's fixes (analyzers.read.fixes.computed_finding_contract; the caller hands
-    it down, as fixes are chosen when read; None: each fix model replays its default fix)."""
+    it down, as fixes are chosen when read; None: each fix model replays its default fix);
+    store_page_tables(con, run_id): called while the run's views are cached, to store the tables
+    the pages open on (analyzers.read.queries.store_page_defaults; a failure there only leaves the
+    pages to compute them)."""
     graph = {}      # the what-if's graph, built from the views the analyses cached (it needs no finding)
-    findings, notes, costs = analyze_root_causes(
-        con, run_id, thresholds, progress, runner=runner,
-        while_cached=lambda cached: graph.update(graph=whatif_graph(cached, run_id, thresholds)))
+
+    def while_cached(cached: duckdb.DuckDBPyConnection) -> None:
+        graph.update(graph=whatif_graph(cached, run_id, thresholds))
+        if store_page_tables is not None:
+            try:
+                store_page_tables(cached, run_id)
+            except (duckdb.Error, OSError, ValueError):
+                pass      # the pages compute what is not stored
+
+    findings, notes, costs = analyze_root_causes(con, run_id, thresholds, progress, runner=runner,
+                                                 while_cached=while_cached)
     store_findings(con, run_id, findings, notes, costs)
     whatif_after_analysis(con, run_id, findings, costs, thresholds, contract_of, graph=graph.get("graph"))
     teller(progress)("analysed", "", 1.0, findings=len(findings))

@@ -16,6 +16,7 @@ import duckdb
 if TYPE_CHECKING:    # frames come from DuckDB's .df(); importing pandas here cost the CLI 0.35 s a call
     import pandas as pd
 
+from analyzers.read import page_defaults
 from analyzers.read.stored import all_run_notes
 from analyzers.read.fixes import choose_fixes
 from analyzers.store.runs import require_run
@@ -60,6 +61,11 @@ def step_breakdown(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     step_ms, compute_ms, comm_exposed_ms, memory_ms, idle_ms (the four parts add up to step_ms),
     comm_ms (all communication in the step, hidden or not) and gpu_busy_ms.
     """
+    stored = page_defaults.read(con, run_id, "step_breakdown")
+    return stored if stored is not None else _step_breakdown(con, run_id)
+
+
+def _step_breakdown(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return _frame(con, f"""
         SELECT rank, step, start_ns AS t0_ns, end_ns AS t1_ns, clock, {_STEP_MS_COLUMNS},
                gpu_busy_ns / 1e6 AS gpu_busy_ms
@@ -513,6 +519,17 @@ def collective_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFr
 
 # --------------------------------------------------------------------------- compare
 
+def run_step_breakdown(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """The run's mean step and its parts (metrics/kind_costs.sql run_step_breakdown), one row, in ns;
+    stored by the analysis, else computed."""
+    stored = page_defaults.read(con, run_id, "run_step_breakdown")
+    return stored if stored is not None else _run_step_breakdown(con, run_id)
+
+
+def _run_step_breakdown(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    return _frame(con, "SELECT * FROM run_step_breakdown($run_id)", {"run_id": run_id})
+
+
 def compare_runs(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str) -> dict[str, Any]:
     """Two runs side by side.
 
@@ -545,13 +562,14 @@ def compare_runs(con: duckdb.DuckDBPyConnection, run_before: str, run_after: str
         LEFT JOIN costs a ON a.kind = k.kind AND a.run_id = $after
         ORDER BY greatest(coalesce(b.cost_ms, 0), coalesce(a.cost_ms, 0)) DESC, k.kind
     """, {"before": run_before, "after": run_after})
-    steps = _frame(con, """
-        WITH both_runs AS (SELECT 'before' AS run, * FROM run_step_breakdown($before)
-                           UNION ALL SELECT 'after', * FROM run_step_breakdown($after))
+    import pandas as pd
+
+    both_runs = pd.concat([run_step_breakdown(con, run_id).assign(run=side)
+                           for side, run_id in (("before", run_before), ("after", run_after))], ignore_index=True)
+    steps = duckdb.query_df(both_runs, "both_runs", """
         SELECT run, steps, step_ns / 1e6 AS mean_step_ms, compute_ns / 1e6 AS compute_ms,
                comm_exposed_ns / 1e6 AS comm_exposed_ms, memory_ns / 1e6 AS memory_ms, idle_ns / 1e6 AS idle_ms
-        FROM both_runs WHERE ranks > 0 ORDER BY run DESC
-    """, {"before": run_before, "after": run_after})
+        FROM both_runs WHERE ranks > 0 ORDER BY run DESC""").df()
     parts = ("mean_step_ms", "compute_ms", "comm_exposed_ms", "memory_ms", "idle_ms")
     deltas = duckdb.query_df(steps, "steps", "SELECT " + ", ".join(
         f"max({p}) FILTER (WHERE run = 'before') AS {p}_before, max({p}) FILTER (WHERE run = 'after') AS {p}_after, "
@@ -589,6 +607,16 @@ def _view_params(run_id: str, window: tuple[int, int] | None, rank: int | None, 
             "tc_ops": list(thresholds.TENSOR_CORE_ELIGIBLE_OPS)}
 
 
+def _whole_run_view(window: tuple[int, int] | None, rank: int | None, step: int | None, by_rank: bool) -> bool:
+    """The page's default view: the whole run, all ranks summed (what PAGE_DEFAULTS stores)."""
+    return window is None and rank is None and step is None and not by_rank
+
+
+def _first(frame: pd.DataFrame, limit: int | None) -> pd.DataFrame:
+    """A stored table's first `limit` rows (it is stored in the query's order), as LIMIT gives them."""
+    return frame if limit is None else frame.head(int(limit)).reset_index(drop=True)
+
+
 def top_ops(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, int] | None = None,
             rank: int | None = None, step: int | None = None, by_rank: bool = False,
             limit: int | None = TOP_N_DEFAULT) -> pd.DataFrame:
@@ -600,6 +628,10 @@ def top_ops(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, int]
     window time), gpu_self_ms, gpu_total_ms, tc_pct (share of gpu_total on tensor cores; NULL
     without GPU work), tensor_core_eligible, window_ms.
     """
+    if _whole_run_view(window, rank, step, by_rank):
+        stored = page_defaults.read(con, run_id, "top_ops")
+        if stored is not None:
+            return _first(stored, limit)
     return _frame(con, """
         SELECT rank, name, calls, total_ns / 1e6 AS total_ms, self_ns / 1e6 AS self_ms, mean_ns / 1e6 AS mean_ms,
                self_pct, total_pct, gpu_self_ns / 1e6 AS gpu_self_ms, gpu_total_ns / 1e6 AS gpu_total_ms,
@@ -621,6 +653,10 @@ def top_kernels(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, 
     step_pct (of the step / window time), tensor_core, fp32_cuda_core (a matmul that could use
     tensor cores and does not), family and dtype (lib/kernel_taxonomy.sql), busy_ms, window_ms.
     """
+    if _whole_run_view(window, rank, step, by_rank):
+        stored = page_defaults.read(con, run_id, "top_kernels")
+        if stored is not None:
+            return _first(stored, limit)
     return _frame(con, """
         SELECT rank, name, category, calls, total_ns / 1e6 AS total_ms, mean_ns / 1e6 AS mean_ms,
                min_ns / 1e6 AS min_ms, max_ns / 1e6 AS max_ms, streams, busy_pct, step_pct, tensor_core,
@@ -638,8 +674,20 @@ def op_perf(con: duckdb.DuckDBPyConnection, run_id: str, limit: int | None = TOP
     and the time above the roofline; by GPU time. Empty when the trace has no recorded shapes.
     Columns: name, category, shape, dtype, calls, gflops, mb, gpu_ms, mean_us, tflops, tbps,
     flops_per_byte, gpu, peak_tflops, peak_tbps, pct_peak_flops, pct_peak_bw, bound, roofline_ms, lost_ms."""
+    stored = page_defaults.read(con, run_id, "op_perf")
+    if stored is not None:
+        return _first(stored, limit)
     return _frame(con, "SELECT * FROM op_perf($run_id) ORDER BY gpu_ms DESC, name, shape LIMIT $limit",
                   {"run_id": run_id, "limit": None if limit is None else int(limit)})
+
+
+_KERNEL_PERF_SQL = """SELECT name, tflops, tbps, occupancy_pct, blocks_per_sm, warps_per_sm, registers_per_thread,
+                            shared_memory_bytes FROM kernel_perf($run_id)"""
+
+
+def _plain(value: Any) -> Any:
+    """A stored table's value as the query's own rows give it (numpy scalars as Python's)."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def perf_by_name(con: duckdb.DuckDBPyConnection, run_id: str, of_kind: str) -> dict[str, dict[str, Any]]:
@@ -647,8 +695,12 @@ def perf_by_name(con: duckdb.DuckDBPyConnection, run_id: str, of_kind: str) -> d
     op_perf.sql kernel_perf: achieved rates and occupancy columns) or per op name ('ops': op_perf's
     shapes together). A name the model does not cover has none."""
     if of_kind == "kernels":
-        sql = """SELECT name, tflops, tbps, occupancy_pct, blocks_per_sm, warps_per_sm, registers_per_thread,
-                        shared_memory_bytes FROM kernel_perf($run_id)"""
+        stored = page_defaults.read(con, run_id, "kernel_perf")
+        if stored is not None:
+            values = stored.astype(object).where(stored.notna(), None)
+            return {row[0]: {c: _plain(v) for c, v in zip(values.columns[1:], row[1:])}
+                    for row in values.itertuples(index=False, name=None)}
+        sql = _KERNEL_PERF_SQL
     else:
         sql = """SELECT name, sum(gflops * calls) / sum(gpu_ms) AS tflops, sum(mb * calls) * 1048576 / sum(gpu_ms) / 1e9 AS tbps,
                         sum(lost_ms) AS lost_ms FROM op_perf($run_id) GROUP BY name"""
@@ -664,6 +716,10 @@ def top_modules(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, 
     ranges; metrics/operators.sql module_summary), by total time; empty when the trace has neither.
     Columns: rank, path, name, source ('module' | 'annotation'), depth, calls, total_ms, gpu_total_ms,
     total_pct, window_ms."""
+    if _whole_run_view(window, rank, step, by_rank):
+        stored = page_defaults.read(con, run_id, "top_modules")
+        if stored is not None:
+            return _first(stored, limit)
     params = _view_params(run_id, window, rank, step)
     return _frame(con, """
         SELECT rank, path, name, source, depth, calls, total_ns / 1e6 AS total_ms, gpu_total_ns / 1e6 AS gpu_total_ms,
@@ -683,10 +739,58 @@ def operator_diff(con: duckdb.DuckDBPyConnection, run_before: str, run_after: st
     tensor_core (kernels: on tensor cores; ops: tensor-core eligible)."""
     if of_kind not in ("kernels", "ops", "families"):
         raise ValueError(f"of_kind must be 'kernels', 'ops' or 'families', not {of_kind!r}")
+    import pandas as pd
+
     params = _view_params(run_before, None, None, None)
-    return _frame(con, """
-        SELECT * FROM operator_diff($before, $after, $of_kind, $tc_patterns, $tc_ops)
-        ORDER BY abs(delta_ms) DESC, greatest(before_ms, after_ms) DESC, name
-        LIMIT $limit""", {"before": run_before, "after": run_after, "of_kind": of_kind,
-                           "tc_patterns": params["tc_patterns"], "tc_ops": params["tc_ops"],
-                           "limit": None if limit is None else int(limit)})
+    sides = pd.concat([operator_sides(con, run, of_kind).assign(side=side)
+                       for side, run in (("before", run_before), ("after", run_after))], ignore_index=True)
+    steps = {side: ensure_loaded(con).execute("SELECT steps FROM run_step_count(?)", [run]).fetchall()[0][0]
+             for side, run in (("before", run_before), ("after", run_after))}
+    con.register("operator_diff_sides", sides)
+    try:
+        return _frame(con, """
+            SELECT * FROM operator_diff('operator_diff_sides', $before_steps, $after_steps, $of_kind, $tc_patterns, $tc_ops)
+            ORDER BY abs(delta_ms) DESC, greatest(before_ms, after_ms) DESC, name
+            LIMIT $limit""", {"before_steps": steps["before"], "after_steps": steps["after"], "of_kind": of_kind,
+                               "tc_patterns": params["tc_patterns"], "tc_ops": params["tc_ops"],
+                               "limit": None if limit is None else int(limit)})
+    finally:
+        con.unregister("operator_diff_sides")
+
+
+def operator_sides(con: duckdb.DuckDBPyConnection, run_id: str, of_kind: str) -> pd.DataFrame:
+    """One run's side of operator_diff (metrics/operators.sql operator_sides): name, calls, total_ns;
+    the kernel and family sides stored by the analysis are read back."""
+    if of_kind in ("kernels", "families"):
+        stored = page_defaults.read(con, run_id, f"operator_sides_{of_kind}")
+        if stored is not None:
+            return stored
+    params = _view_params(run_id, None, None, None)
+    return _frame(con, "SELECT * FROM operator_sides($run_id, $of_kind, $tc_patterns, $tc_ops) ORDER BY name",
+                  {"run_id": run_id, "of_kind": of_kind, "tc_patterns": params["tc_patterns"],
+                   "tc_ops": params["tc_ops"]})
+
+
+# --------------------------------------------------------------------------- stored page tables
+
+# The whole-run tables the pages open on, computed by the queries above with the whole run's
+# parameters and every row (the pages take their first rows): stored by each analysis
+# (store_page_defaults), read back by those queries.
+PAGE_DEFAULTS: dict[str, Any] = {
+    "step_breakdown": lambda con, run_id: _step_breakdown(con, run_id),
+    "top_ops": lambda con, run_id: top_ops(con, run_id, limit=None),
+    "top_kernels": lambda con, run_id: top_kernels(con, run_id, limit=None),
+    "top_modules": lambda con, run_id: top_modules(con, run_id, limit=None),
+    "kernel_perf": lambda con, run_id: _frame(con, _KERNEL_PERF_SQL, {"run_id": run_id}),
+    "op_perf": lambda con, run_id: op_perf(con, run_id, limit=None),
+    "operator_sides_kernels": lambda con, run_id: operator_sides(con, run_id, "kernels"),
+    "operator_sides_families": lambda con, run_id: operator_sides(con, run_id, "families"),
+    "run_step_breakdown": lambda con, run_id: _run_step_breakdown(con, run_id),
+}
+
+
+def store_page_defaults(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Compute PAGE_DEFAULTS on `con` (inside the analysis, while the run's views are cached) and
+    store them for the run, replacing the previous analysis's."""
+    page_defaults.write(con, run_id, {})           # computed afresh, not read back from an older analysis
+    page_defaults.write(con, run_id, {name: compute(con, run_id) for name, compute in PAGE_DEFAULTS.items()})

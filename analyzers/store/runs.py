@@ -26,8 +26,9 @@ MARK_LABELS = {None: "not reviewed", "to_fix": "to fix", "fixed": "fixed", "wont
 TRASH_RETENTION_DAYS = 7.0
 
 # Tables holding per-run rows, deleted together in one transaction when a run is purged.
-_RUN_TABLES = ("finding_marks", "findings", "analysis_notes", "events", "event_partitions", "memory_snapshots",
-               "memory_segments", "memory_blocks", "memory_trace", "memory_timeline", "ranks", "run_trash", "runs")
+_RUN_TABLES = ("finding_marks", "findings", "analysis_notes", "whatif", "page_defaults", "events", "event_partitions",
+               "memory_snapshots", "memory_segments", "memory_blocks", "memory_trace", "memory_timeline", "ranks",
+               "run_trash", "runs")
 
 
 class RunNotFound(LookupError):

@@ -206,3 +206,16 @@ CREATE TABLE IF NOT EXISTS whatif (
     run_id  VARCHAR PRIMARY KEY,
     result  JSON
 );
+
+-- The whole-run tables the pages open on (analyzers/read/queries.py PAGE_DEFAULTS: the step table,
+-- the operator, kernel and module summaries, the per-kernel rates, the per-op model), computed while
+-- the analysis has the run's views cached, so a page's first view reads them instead of
+-- aggregating every event again. One Parquet file per table; rows of another analysis version are
+-- not read (the page computes its table then).
+CREATE TABLE IF NOT EXISTS page_defaults (
+    run_id   VARCHAR NOT NULL,
+    name     VARCHAR NOT NULL,
+    version  VARCHAR NOT NULL,
+    data     BLOB NOT NULL,
+    PRIMARY KEY (run_id, name)
+);

@@ -125,7 +125,7 @@ def analyse_whatif(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[M
         effects[fid] = (model, f)
         step_after = alone[fid] = replay_run(effect.graph).mean_step_ns()
         saving = max(replayed - step_after, 0.0)
-        on_path = sum(paths[rank].touched_ns(hit.host, hit.gpu, hit.host_lead)
+        on_path = sum(paths[rank].touched_ns(hit.host, hit.gpu, hit.host_lead, hit.host_lead_cap)
                       for rank, hit in effect.touched.items() if rank in paths)
         out[fid] = {"fix": model.fix, "step_ms_after": round((measured - saving) / 1e6, 3),
                     "saving_ms": round(saving / 1e6, 3),

@@ -54,16 +54,20 @@ class CriticalPath:
     def by_category(self) -> dict[str, int]:
         return dict(zip(CATEGORIES, (int(v) for v in self.category_totals())))
 
-    def touched_ns(self, host_mask: np.ndarray, gpu_mask: np.ndarray, host_lead_mask: np.ndarray | None = None) -> int:
+    def touched_ns(self, host_mask: np.ndarray, gpu_mask: np.ndarray, host_lead_mask: np.ndarray | None = None,
+                   host_lead_cap: np.ndarray | None = None) -> int:
         """Time on the path of the nodes a fix changes: their own parts (and, for host nodes in
-        host_lead_mask, the CPU work before them)."""
+        host_lead_mask, the CPU work before them, at most host_lead_cap of it per node)."""
         on_gpu = self.index[self.is_gpu]
         on_host = self.index[~self.is_gpu]
         own_gpu, own_host = self.own_ns[self.is_gpu], self.own_ns[~self.is_gpu]
         total = int(own_gpu[gpu_mask[on_gpu]].sum()) if len(gpu_mask) else 0
         total += int(own_host[host_mask[on_host]].sum()) if len(host_mask) else 0
         if host_lead_mask is not None and len(host_lead_mask):
-            total += int(self.lead_ns[~self.is_gpu][host_lead_mask[on_host]].sum())
+            lead = self.lead_ns[~self.is_gpu][host_lead_mask[on_host]]
+            if host_lead_cap is not None:
+                lead = np.minimum(lead, host_lead_cap[on_host][host_lead_mask[on_host]])
+            total += int(lead.sum())
         return total
 
 

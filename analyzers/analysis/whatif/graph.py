@@ -48,6 +48,8 @@ class RankGraph:
     h_coll: np.ndarray          # int64, collective index of a comm_issue node, -1 otherwise
     h_coll_tail: np.ndarray     # int64, a comm_wait's collective: its end after the last rank's arrival
     h_loader_in_main: np.ndarray  # bool, a DataLoader wait of a loader without workers (_SingleProcessDataLoaderIter)
+    h_untraced: np.ndarray      # int64, the part of the CPU time before the node (h_gap) in recurring
+                                # untraced holes (lib/host_time.sql: no thread of the process in a profiled op)
     # GPU ops
     g_stream: np.ndarray        # int64
     g_start: np.ndarray         # int64, measured
@@ -134,6 +136,8 @@ def build_run_graph(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: dic
     steps = _fetch(con, "SELECT rank, step, start_ns, end_ns FROM steps(?) ORDER BY rank, start_ns", [run_id])
     stalls = _fetch(con, "SELECT rank, start_ns, name FROM runtime_stall_calls(?, ?)",
                     [run_id, int(thresholds["RUNTIME_STALL_MIN_NS"])])
+    holes = _fetch(con, "SELECT rank, start_ns, end_ns FROM untraced_host_time(?, ?) WHERE recurring "
+                        "ORDER BY rank, start_ns", [run_id, int(thresholds["UNTRACED_MIN_HOLE_NS"])])
     ranks = sorted(set(_col(host, "rank", np.int64).tolist()) | set(_col(steps, "rank", np.int64).tolist()))
 
     # collectives: one index per matched key (its transfer: the shortest instance), else per instance
@@ -170,7 +174,7 @@ def build_run_graph(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: dic
                           _col(steps, "start_ns", np.int64).min(initial=np.iinfo(np.int64).max))]
     run_t0 = int(min(starts))      # one origin for every rank: collectives compare their times
     for rank in ranks:
-        graph = _rank_graph(rank, run_t0, host, gpu, waits, steps, stalls,
+        graph = _rank_graph(rank, run_t0, host, gpu, waits, steps, stalls, holes,
                             (c_rank, c_index, c_start, c_end, c_source, c_tail,
                              [k is not None and not k.startswith("unmatched/") for k in key_list]), thresholds)
         if graph is not None:
@@ -185,7 +189,7 @@ def build_run_graph(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: dic
                     build_seconds=time.perf_counter() - started)
 
 
-def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) -> RankGraph | None:
+def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, holes, colls, thresholds) -> RankGraph | None:
     sel = _col(host, "rank", np.int64) == rank
     s_sel = _col(steps, "rank", np.int64) == rank
     hs = _col(host, "start_ns", np.int64)[sel]
@@ -382,6 +386,9 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
     prev_cursor = np.concatenate([[hs[0]], cursor[:-1]])     # (the first node: no CPU time before it)
     h_gap = hs - prev_cursor
     h_dur = he - hs
+    hole_sel = _col(holes, "rank", np.int64) == rank
+    h_untraced = _covered_between(prev_cursor, hs, _col(holes, "start_ns", np.int64)[hole_sel] - t0,
+                                  _col(holes, "end_ns", np.int64)[hole_sel] - t0)
     notes = []
 
     # blocking nodes: syncs (measured wait target), copies that returned after their copy ended,
@@ -449,13 +456,29 @@ def _rank_graph(rank, t0, host, gpu, waits, steps, stalls, colls, thresholds) ->
         rank=rank, t0=t0, h_type=h_type, h_start=hs, h_dur=h_dur, h_gap=h_gap, h_blocking=h_blocking,
         h_target_kind=h_target_kind, h_target=h_target, h_own=h_own, h_stall=h_stall, h_copy_dir=h_copy_dir,
         h_coll=h_coll, h_coll_tail=h_coll_tail,
-        h_loader_in_main=(h_type == LOADER) & in_main,
+        h_loader_in_main=(h_type == LOADER) & in_main, h_untraced=h_untraced,
         g_stream=g_stream, g_start=g_start, g_dur=g_end - g_start, g_launch=g_launch,
         g_has_launch=g_has_launch, g_early=g_early, g_cat=g_cat, g_fp32=g_fp32, g_copy_dir=g_copy_dir, g_pageable=g_pageable,
         g_dep=g_dep, g_coll=g_coll, g_coll_tail=g_coll_tail, step_numbers=st_num, step_start_node=step_start_node,
         step_end_node=step_end_node, step_measured_ns=st_end - st_start, launch_latency_ns=latency,
         queue_gap_ns=gap, notes=notes)
     return graph
+
+
+def _covered_between(lo: np.ndarray, hi: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per [lo, hi): how much of it the disjoint, sorted intervals [starts, ends) cover (0 where hi <= lo)."""
+    if not len(starts):
+        return np.zeros(len(lo), dtype=np.int64)
+    before = np.concatenate([[0], np.cumsum(ends - starts)])
+
+    def covered_up_to(x: np.ndarray) -> np.ndarray:
+        # whole intervals ending at or before x, plus the part of the one x lies in
+        i = np.searchsorted(starts, x, side="right")          # intervals starting at or before x
+        inside = np.where(i > 0, np.clip(x - starts[np.maximum(i - 1, 0)], 0,
+                                         (ends - starts)[np.maximum(i - 1, 0)]), 0)
+        return before[np.maximum(i - 1, 0)] * (i > 0) + inside
+
+    return np.where(hi > lo, covered_up_to(hi) - covered_up_to(lo), 0).astype(np.int64)
 
 
 def _measured_targets(kind, target, blocking, g_stream, g_end, g_launch, coll_end) -> np.ndarray:

@@ -22,6 +22,7 @@ class Touched:
     host: np.ndarray            # bool per host node: its own time
     gpu: np.ndarray             # bool per GPU op
     host_lead: np.ndarray | None = None   # bool per host node: the CPU time before it too
+    host_lead_cap: np.ndarray | None = None  # int64 per host node: at most this much of it (None: all)
 
 
 @dataclass

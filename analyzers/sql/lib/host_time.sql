@@ -8,9 +8,9 @@
 -- annotations (ProfilerStep ranges excluded: they cover the whole step), runtime and driver
 -- calls, and the profiler's own overhead spans. python_function frames (with_stack) are not
 -- among them: they are the Python whose time this file measures.
--- Columns: rank, name, start_ns, end_ns
+-- Columns: rank, kind, name, start_ns, end_ns
 CREATE OR REPLACE MACRO traced_host_spans(run) AS TABLE
-SELECT rank, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
+SELECT rank, kind, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
 FROM events
 WHERE run_id = run AND dur_ns > 0
   AND (kind IN ('cpu_op', 'runtime', 'driver')
@@ -20,7 +20,9 @@ WHERE run_id = run AND dur_ns > 0
 
 -- untraced_host_time(run, min_hole_ns): the stretches of a rank's steps (host clock) in which no
 -- traced_host_spans span was open on any thread, each at least min_hole_ns long (shorter holes
--- are the dispatcher's and the profiler's own few microseconds between ops).
+-- are the dispatcher's and the profiler's own few microseconds between ops). A user annotation
+-- over library_threshold('UNTRACED_WRAPPER_STEP_SHARE') of a step or more wraps the loop body
+-- (record_function("train_step")) and covers nothing: the Python inside it still counts.
 -- Columns:
 --   rank, step        the step whose window holds the hole's start
 --   start_ns, end_ns, dur_ns
@@ -30,16 +32,28 @@ WHERE run_id = run AND dur_ns > 0
 --   recurring         BOOLEAN, holes at this place (between the same two spans) open in at least
 --                     two steps and half of the rank's steps, of three or more: work the loop does
 --                     every step. A busy machine descheduling the process opens holes at random
---                     places instead; with fewer steps the two cannot be told apart.
+--                     places instead; with fewer steps the two cannot be told apart. The hole
+--                     between aten::ones_like and the first autograd::engine function (backward's
+--                     set-up in the engine) is never recurring: no Python of the user's runs there.
 CREATE OR REPLACE MACRO untraced_host_time(run, min_hole_ns) AS TABLE
 WITH windows AS MATERIALIZED (
     SELECT rank AS grp, step, start_ns, end_ns FROM steps(run)
 ), bounds AS (
     SELECT grp, min(start_ns) AS lo, max(end_ns) AS hi, count(DISTINCT step) AS n_steps FROM windows GROUP BY grp
+), annotations AS (
+    SELECT rank AS grp, start_ns, end_ns FROM traced_host_spans(run) WHERE kind = 'user_annotation'
+), wrappers AS (
+    -- annotations over most of a step: the loop body's, which cover nothing
+    SELECT DISTINCT a.grp, a.start_ns, a.end_ns
+    FROM annotations a JOIN windows w ON w.grp = a.grp AND a.start_ns < w.end_ns AND a.end_ns > w.start_ns
+    WHERE least(a.end_ns, w.end_ns) - greatest(a.start_ns, w.start_ns)
+          >= library_threshold('UNTRACED_WRAPPER_STEP_SHARE') * (w.end_ns - w.start_ns)
 ), spans AS MATERIALIZED (
     -- only what overlaps the rank's steps
     SELECT t.rank AS grp, t.name, t.start_ns, t.end_ns
     FROM traced_host_spans(run) t JOIN bounds b ON b.grp = t.rank AND t.end_ns > b.lo AND t.start_ns < b.hi
+    ANTI JOIN wrappers x ON t.kind = 'user_annotation' AND x.grp = t.rank AND x.start_ns = t.start_ns
+                            AND x.end_ns = t.end_ns
 ), holes AS MATERIALIZED (
     SELECT grp, start_ns, end_ns, dur_ns FROM interval_subtract('windows', 'spans') WHERE dur_ns >= min_hole_ns
 ), edge_names AS (
@@ -56,5 +70,9 @@ WITH windows AS MATERIALIZED (
 )
 SELECT p.*,
        b.n_steps >= 3 AND count(DISTINCT p.step) OVER (PARTITION BY p.rank, p.before_name, p.after_name)
-                          >= greatest(2, 0.5 * b.n_steps) AS recurring
+                          >= greatest(2, 0.5 * b.n_steps)
+       -- the autograd engine preparing backward (after the loss gradient's seed, before the first
+       -- backward function): the engine's own time, which grows with the graph, not user Python
+       AND NOT (p.before_name IS NOT DISTINCT FROM 'aten::ones_like'
+                AND starts_with(coalesce(p.after_name, ''), 'autograd::engine::evaluate_function')) AS recurring
 FROM placed p JOIN bounds b ON b.grp = p.rank;

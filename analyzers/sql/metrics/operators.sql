@@ -386,43 +386,37 @@ FROM ranks r LEFT JOIN (SELECT rank, count(*) AS n FROM steps(run) GROUP BY rank
 WHERE r.run_id = run;
 
 
--- operator_diff(run_before, run_after, of_kind, tc_patterns, tc_ops): per op name ('ops'), kernel
--- name ('kernels') or kernel family ('families': lib/kernel_taxonomy.sql kernel_family, which lines
--- up runs whose kernels are named differently: another GPU vendor, another library), the whole run of each side per step (its totals, counted inside the steps as
--- the whole-run views count, over the ranks' step count: n_steps from steps(run), 1 on a rank
--- without steps), what Compare's per-op table shows.
+-- operator_sides(run, of_kind, tc_patterns, tc_ops): one run's whole-run totals per op name
+-- ('ops'), kernel name ('kernels') or kernel family ('families': lib/kernel_taxonomy.sql
+-- kernel_family, which lines up runs whose kernels are named differently: another GPU vendor,
+-- another library), counted inside the steps as the whole-run views count: one side of
+-- operator_diff (stored per run for the page's first view, queries.PAGE_DEFAULTS).
+-- Columns: name, calls, total_ns
+CREATE OR REPLACE MACRO operator_sides(run, of_kind, tc_patterns, tc_ops) AS TABLE
+SELECT name, calls, total_ns FROM cpu_op_summary(run, NULL, NULL, NULL, NULL, FALSE, tc_patterns, tc_ops)
+WHERE of_kind = 'ops'
+UNION ALL
+SELECT name, calls, total_ns FROM gpu_kernel_summary(run, NULL, NULL, NULL, NULL, FALSE, tc_patterns)
+WHERE of_kind = 'kernels'
+UNION ALL
+SELECT family, sum(calls), sum(total_ns) FROM gpu_kernel_summary(run, NULL, NULL, NULL, NULL, FALSE, tc_patterns)
+WHERE of_kind = 'families' GROUP BY family;
+
+
+-- operator_diff(sides, before_steps, after_steps, of_kind, tc_patterns, tc_ops): the two runs'
+-- operator_sides (the table named `sides`: side 'before' | 'after', name, calls, total_ns) per
+-- step (over the ranks' step count, run_step_count), what Compare's per-op table shows.
 -- Columns: name, before_ms, after_ms (time per step), delta_ms, before_calls, after_calls
 --   (calls per step), delta_calls, tensor_core (kernels: is_tensor_core_kernel; ops: eligible;
 --   families: NULL)
-CREATE OR REPLACE MACRO operator_diff(run_before, run_after, of_kind, tc_patterns, tc_ops) AS TABLE
-WITH step_counts AS (
-    SELECT (SELECT steps FROM run_step_count(run_before)) AS before_steps,
-           (SELECT steps FROM run_step_count(run_after)) AS after_steps
-), sides AS (
-    SELECT 'before' AS side, name, calls, total_ns FROM cpu_op_summary(run_before, NULL, NULL, NULL, NULL, FALSE, tc_patterns, tc_ops)
-    WHERE of_kind = 'ops'
-    UNION ALL
-    SELECT 'after', name, calls, total_ns FROM cpu_op_summary(run_after, NULL, NULL, NULL, NULL, FALSE, tc_patterns, tc_ops)
-    WHERE of_kind = 'ops'
-    UNION ALL
-    SELECT 'before', name, calls, total_ns FROM gpu_kernel_summary(run_before, NULL, NULL, NULL, NULL, FALSE, tc_patterns)
-    WHERE of_kind = 'kernels'
-    UNION ALL
-    SELECT 'after', name, calls, total_ns FROM gpu_kernel_summary(run_after, NULL, NULL, NULL, NULL, FALSE, tc_patterns)
-    WHERE of_kind = 'kernels'
-    UNION ALL
-    SELECT 'before', family, sum(calls), sum(total_ns) FROM gpu_kernel_summary(run_before, NULL, NULL, NULL, NULL, FALSE, tc_patterns)
-    WHERE of_kind = 'families' GROUP BY family
-    UNION ALL
-    SELECT 'after', family, sum(calls), sum(total_ns) FROM gpu_kernel_summary(run_after, NULL, NULL, NULL, NULL, FALSE, tc_patterns)
-    WHERE of_kind = 'families' GROUP BY family
-), per_step AS (
+CREATE OR REPLACE MACRO operator_diff(sides, before_steps, after_steps, of_kind, tc_patterns, tc_ops) AS TABLE
+WITH per_step AS (
     SELECT name,
-           coalesce(max(total_ns) FILTER (WHERE side = 'before'), 0) / (SELECT before_steps FROM step_counts) / 1e6 AS before_ms,
-           coalesce(max(total_ns) FILTER (WHERE side = 'after'), 0) / (SELECT after_steps FROM step_counts) / 1e6 AS after_ms,
-           coalesce(max(calls) FILTER (WHERE side = 'before'), 0) / (SELECT before_steps FROM step_counts) AS before_calls,
-           coalesce(max(calls) FILTER (WHERE side = 'after'), 0) / (SELECT after_steps FROM step_counts) AS after_calls
-    FROM sides GROUP BY name
+           coalesce(max(total_ns) FILTER (WHERE side = 'before'), 0) / before_steps / 1e6 AS before_ms,
+           coalesce(max(total_ns) FILTER (WHERE side = 'after'), 0) / after_steps / 1e6 AS after_ms,
+           coalesce(max(calls) FILTER (WHERE side = 'before'), 0) / before_steps AS before_calls,
+           coalesce(max(calls) FILTER (WHERE side = 'after'), 0) / after_steps AS after_calls
+    FROM query_table(sides) GROUP BY name
 )
 SELECT name, before_ms, after_ms, after_ms - before_ms AS delta_ms, before_calls, after_calls,
        after_calls - before_calls AS delta_calls,

@@ -21,7 +21,7 @@ SPEC = AnalysisSpec(
     kind="comm_exposed",
     title="Communication not hidden behind compute",
     evidence=EvidenceSeries("comm_exposed_ms", "Communication no compute hides, per step (waiting for other ranks included)",
-                            "Of this, {imbalance_wait_ms_per_step:.2f} ms/step is waiting for the straggler, charged to the rank imbalance finding; this finding counts the rest."),
+                            "Of this, {imbalance_wait_ms_per_step:.2f} ms/step is waiting for later ranks: the rank imbalance finding's where their lateness is above the noise, else jitter (see the run's notes); this finding counts the rest."),
     metric_keys=frozenset({"algbw_gbps", "busbw_gbps", "by_collective", "bytes_per_step",
                            "collective_wait_ms_per_step", "collectives_per_step",
                            "comm_ms_per_step", "comm_source", "exposed_ms_per_step", "group_size",
@@ -143,8 +143,9 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
                 text += f"; bus bandwidth {r['busbw_gbps']:.1f} GB/s"
             text += "."
         if (r["imbalance_wait_ns_per_step"] or 0) > threshold(ctx, "MENTION_MIN_STEP_FRACTION") * mean_step:
-            text += (f" Another {r['imbalance_wait_ns_per_step'] / 1e6:.2f} ms per step is waiting for the "
-                     "straggler (see rank_imbalance), not counted here.")
+            text += (f" Another {r['imbalance_wait_ns_per_step'] / 1e6:.2f} ms per step is waiting for later "
+                     "ranks, not counted here (rank_imbalance's where their lateness is above the noise, else "
+                     "the ranks' jitter).")
         if not r["matched"] and (r["world_size"] or 1) > 1:
             text += " Other ranks' traces are missing, so time spent waiting for them cannot be separated."
         sync = rounds.get(rank)

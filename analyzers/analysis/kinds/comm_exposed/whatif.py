@@ -1,6 +1,7 @@
 """Fix model for exposed communication, by the finding's first fix:
-- no_sync_accumulation: one all-reduce every NO_SYNC_ACCUMULATION_STEPS steps (fewer rounds): each
-  collective's transfer, amortised, is 1/NO_SYNC_ACCUMULATION_STEPS of what it was;
+- no_sync_accumulation: one all-reduce round per optimizer step: where the trace counts more rounds
+  than optimizer steps (gradient_sync_rounds), each transfer scales by optimizer steps / rounds;
+  else one every NO_SYNC_ACCUMULATION_STEPS steps, amortised;
 - comm_compression / powersgd: COMM_COMPRESSION_BYTES_FACTOR of the bytes, so of the transfer time;
 - otherwise (bucket tuning, overlap with backward): the collectives of a step overlap the backward
   pass but its last one, which the optimizer still waits for: their transfer leaves the path.
@@ -17,6 +18,14 @@ from analyzers.analysis.whatif.models import FixModel, Touched, apply_per_rank
 def _transform(run, finding, t):
     fixes = list(finding.get("fixes") or [])
     first = fixes[0] if fixes else ""
+    metrics = finding.get("metrics") or {}
+    rounds, optimizer_steps = metrics.get("allreduce_rounds_per_step"), metrics.get("optimizer_steps_per_step")
+    if first == "no_sync_accumulation" and rounds and optimizer_steps and rounds > optimizer_steps:
+        # the trace counts the rounds: no_sync keeps the last of them before each optimizer step
+        return _fewer_rounds(run, finding, optimizer_steps / rounds, [
+            f"gradients all-reduced once per optimizer step (DDP no_sync): of the {rounds:g} all-reduce rounds "
+            f"per step measured, the last {optimizer_steps:g} stay as measured; the others, their transfers and "
+            "their waits for other ranks, are gone"])
     if first == "no_sync_accumulation":
         factor, words = 1.0 / float(t["NO_SYNC_ACCUMULATION_STEPS"]), (
             f"gradients all-reduced once every NO_SYNC_ACCUMULATION_STEPS={int(t['NO_SYNC_ACCUMULATION_STEPS'])} "
@@ -49,15 +58,36 @@ def _transform(run, finding, t):
     return apply_per_rank(run, finding, change, [words])
 
 
-def _last_per_step(g, mask, gpu: bool) -> np.ndarray:
-    """The last of `mask`'s nodes in each step (by host position of their launch)."""
+def _fewer_rounds(run, finding, keep_share: float, assumptions: list[str]):
+    """Each step keeps the last keep_share of its collectives (host waits and comm kernels); the
+    others neither transfer nor wait."""
+    def change(g):
+        comm_op = g.g_cat == G_COMM
+        wait = (g.h_type == COMM_WAIT) & g.h_blocking
+        if not comm_op.any() and not wait.any():
+            return None
+        gone_wait = wait & ~_last_per_step(g, wait, gpu=False, share=keep_share)
+        gone_op = comm_op & ~_last_per_step(g, comm_op, gpu=True, share=keep_share)
+        return (g.replace(h_blocking=g.h_blocking & ~gone_wait, h_dur=np.where(gone_wait, 0, g.h_dur),
+                          h_coll_tail=np.where(gone_wait, 0, g.h_coll_tail),
+                          g_dur=np.where(gone_op, 0, g.g_dur), g_coll=np.where(gone_op, -1, g.g_coll),
+                          g_coll_tail=np.where(gone_op, 0, g.g_coll_tail)),
+                Touched(host=gone_wait, gpu=gone_op))
+
+    return apply_per_rank(run, finding, change, assumptions)
+
+
+def _last_per_step(g, mask, gpu: bool, share: float | None = None) -> np.ndarray:
+    """The last of `mask`'s nodes in each step (by host position of their launch); with share, the
+    last ceil(share x n) of the step's n."""
     position = g.g_launch if gpu else np.arange(g.n_host)
     last = np.zeros(len(mask), dtype=bool)
     idx = np.flatnonzero(mask)
     for a, b in zip(g.step_start_node, g.step_end_node):
         inside = idx[(position[idx] >= a) & (position[idx] <= b)]
         if len(inside):
-            last[inside[np.argmax(position[inside])]] = True
+            keep = 1 if share is None else int(np.ceil(share * len(inside) - 1e-9))
+            last[inside[np.argsort(position[inside], kind="stable")[len(inside) - keep:]]] = True
     return last
 
 

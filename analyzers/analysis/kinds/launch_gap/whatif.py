@@ -33,15 +33,19 @@ def _transform(run, finding, t):
         # node up to the boundary that ends it (the boundary keeps its own time)
         after_stretch = np.concatenate([[False], captured[:-1] & ~captured[1:]])
         lead = captured | after_stretch
-        h_gap = np.where(lead, np.minimum(g.h_gap, 0), g.h_gap)
+        # untraced holes that recur every step (untraced_host_time: data preparation, logging) are
+        # work of their own, no launch overhead: it still runs each step
+        h_gap = np.where(lead, np.minimum(g.h_gap, g.h_untraced), g.h_gap)
         h_dur = np.where(launch, np.minimum(g.h_dur, per_kernel), np.where(captured, 0, g.h_dur))
         return (g.replace(h_gap=h_gap, h_dur=h_dur, queue_gap_ns=min(g.queue_gap_ns, node_gap)),
-                Touched(host=captured, gpu=np.zeros(len(g.g_stream), dtype=bool), host_lead=lead))
+                Touched(host=captured, gpu=np.zeros(len(g.g_stream), dtype=bool), host_lead=lead,
+                        host_lead_cap=np.maximum(g.h_gap - g.h_untraced, 0)))
 
     return apply_per_rank(run, finding, change, [
         "the step's GPU work between syncs, loader waits, copies and collectives is captured in CUDA graphs "
         "(static shapes, no host sync inside): the Python of each captured stretch runs once, at capture "
-        "(CPU work there that launches nothing, such as logging, is taken as capturable too)",
+        "(CPU work there that launches nothing is taken as capturable too, except the untraced holes that "
+        "recur every step, which untraced_host_time counts: that work still runs each step)",
         f"a replayed kernel costs the host CUDA_GRAPH_HOST_NS_PER_KERNEL={per_kernel} ns and starts "
         f"CUDA_GRAPH_NODE_GAP_NS={node_gap} ns after the one before"])
 
