@@ -15,7 +15,7 @@
 --   rank, step (NULL for a rank's pseudo-step)
 --   start_ns, end_ns, dur_ns      BIGINT
 --   n_compute, n_comm, n_memory   INTEGER  activities of each category running in the piece
---   counted_compute, counted_comm, counted_memory   INTEGER  the same, of counted activity only
+--   counted_compute, counted_comm   INTEGER  the same, of counted activity only
 CREATE OR REPLACE MACRO gpu_step_segments(run) AS TABLE
 WITH windows AS (
     SELECT rank, step, start_ns AS t0, end_ns AS t1 FROM gpu_steps(run)
@@ -44,8 +44,7 @@ WITH windows AS (
            sum(d) FILTER (WHERE category = 'comm') AS d_comm,
            sum(d) FILTER (WHERE category = 'memory') AS d_memory,
            sum(d) FILTER (WHERE category = 'compute' AND counted) AS dc_compute,
-           sum(d) FILTER (WHERE category = 'comm' AND counted) AS dc_comm,
-           sum(d) FILTER (WHERE category = 'memory' AND counted) AS dc_memory
+           sum(d) FILTER (WHERE category = 'comm' AND counted) AS dc_comm
     FROM deltas
     GROUP BY rank, step, t
 ), segments AS (
@@ -54,16 +53,14 @@ WITH windows AS (
            coalesce(sum(d_comm) OVER running, 0) AS n_comm,
            coalesce(sum(d_memory) OVER running, 0) AS n_memory,
            coalesce(sum(dc_compute) OVER running, 0) AS counted_compute,
-           coalesce(sum(dc_comm) OVER running, 0) AS counted_comm,
-           coalesce(sum(dc_memory) OVER running, 0) AS counted_memory
+           coalesce(sum(dc_comm) OVER running, 0) AS counted_comm
     FROM edges
     WINDOW by_time AS (PARTITION BY rank, step ORDER BY t),
            running AS (PARTITION BY rank, step ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 )
 SELECT rank, step, start_ns, end_ns, end_ns - start_ns AS dur_ns,
        n_compute::INTEGER AS n_compute, n_comm::INTEGER AS n_comm, n_memory::INTEGER AS n_memory,
-       counted_compute::INTEGER AS counted_compute, counted_comm::INTEGER AS counted_comm,
-       counted_memory::INTEGER AS counted_memory
+       counted_compute::INTEGER AS counted_compute, counted_comm::INTEGER AS counted_comm
 FROM segments
 WHERE end_ns > start_ns AND (n_compute > 0 OR n_comm > 0 OR n_memory > 0);
 
