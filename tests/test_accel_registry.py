@@ -209,3 +209,17 @@ def test_core_snippets_import_names_that_exist(fix_id):
             module = importlib.import_module(module_name)
             for name in names.split(","):
                 assert hasattr(module, name.strip()), f"{module_name} has no {name.strip()}"
+
+
+def test_the_registry_holds_the_fixes_and_fix_predicates_their_checks():
+    """accel/registry.py is the fixes' data: every predicate and bonus a fix names is
+    accel.fix_predicates', and the registry defines none of its own."""
+    import ast
+
+    tree = ast.parse(Path(registry.__file__).read_text(encoding="utf-8"))
+    checks = [f.name for f in ast.walk(tree)
+              if isinstance(f, ast.FunctionDef) and [a.arg for a in f.args.args] == ["m", "t"]]
+    assert not checks
+    named = [check for fix in registry.FIXES.values() for check in (fix.predicate, fix.bonus) if check is not None]
+    assert named and all(check.__module__ == "accel.fix_predicates" for check in named)
+    assert registry.number is __import__("accel.fix_predicates", fromlist=["number"]).number   # still importable

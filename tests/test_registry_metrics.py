@@ -17,7 +17,7 @@ from analyzers.common.model import ACROSS_RANKS_METRIC_KEYS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # modules whose numbers decide whether a fix applies or which setting it picks
-CUT_OFF_MODULES = ["accel/registry.py", "accel/comm/bucket_tuning.py", "accel/data/loader_tuning.py"]
+CUT_OFF_MODULES = ["accel/fix_predicates.py", "accel/comm/bucket_tuning.py", "accel/data/loader_tuning.py"]
 
 # Metrics under which each checked fix applies, per kind whose metrics its check reads: the
 # analyses' own key names and value shapes.

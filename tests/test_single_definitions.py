@@ -26,15 +26,24 @@ DEFINITIONS = {
     "run_kind_costs": ("analyzers/sql/metrics/kind_costs.sql",
                        [r"sum\((?:\w+\.)?cost_ns\)\s*FILTER", r"per_rank\[[^\]]*\]\s*=\s*per_rank\.get"]),
     "run_step_breakdown": ("analyzers/sql/metrics/step_breakdown.sql", [r"avg\(step_ns\)"]),
-    "interval_depth": ("analyzers/sql/lib/intervals.sql", [r"sum\(\s*(?:delta|step)\s*\)\s*OVER"]),
+    # nesting: a running count of open ranges, or a running max of their ends (top-level ops)
+    "event_depth": ("analyzers/sql/lib/intervals.sql",
+                    [r"sum\(\s*(?:delta|step)\s*\)\s*OVER",
+                     r"max\(\s*(?:\w+\.)?(?:end_ns|ts_ns\s*\+\s*dur_ns)\s*\)\s*OVER\s*\(\s*PARTITION BY[^)]*tid"]),
+    # a rank's training thread: the ProfilerStep thread, tid = pid, the busiest, a thread named main
+    "main_threads": ("analyzers/sql/lib/steps.sql",
+                     [r"\btid\s*=\s*(?:\w+\.)?(?:lane_)?pid\b", r"arg_max\(\s*tid", r"ILIKE\s*'%\(python%'",
+                      r"DISTINCT\s+rank,\s*pid,\s*tid\s+FROM\s+events",
+                      r"GROUP BY\s+(?:\w+\.)?rank,\s*(?:\w+\.)?pid,\s*(?:\w+\.)?tid\s+QUALIFY"]),
+    # what runs inside the GPU steps: a sweep counting each category, exposed comm as comm - compute
+    "gpu_step_segments": ("analyzers/sql/lib/step_costs.sql",
+                          [r"sum\(\s*d\w*\s*\)\s*FILTER\s*\(\s*WHERE\s+category", r"\(category\s*=\s*'\w+'\)::INT",
+                           r"interval_subtract\(\s*'\w*comm\w*'\s*,\s*'\w*compute"]),
 }
 # Re-derivations that are known and not yet moved onto the definition: the what-if model compares
 # copy_direction's value in Python (analysis/whatif reads graph.sql's copy_dir column; a
-# host_to_device column there would end it); the op tree and the memory events' ops sweep their
-# nesting together with points (launch calls, allocations) and let a zero-length op enclose nothing.
-KNOWN = {("is_h2d_copy", "analyzers/analysis/kinds/h2d_stall/whatif.py"),
-         ("interval_depth", "analyzers/sql/metrics/operators.sql"),
-         ("interval_depth", "analyzers/sql/lib/memory.sql")}
+# host_to_device column there would end it).
+KNOWN = {("is_h2d_copy", "analyzers/analysis/kinds/h2d_stall/whatif.py")}
 
 
 def _code(path: Path) -> str:
@@ -192,3 +201,69 @@ def test_exposed_communication_is_one_figure_per_rank_and_per_step(analysed_samp
             assert (work_exposed or 0) == step_exposed and (work_comm or 0) == step_comm
             checked += step_exposed > 0
     assert checked >= 2
+
+
+def test_event_depth_nests_as_documented():
+    """At one instant ends, then starts (longer first), then points; a zero-length range or a point
+    encloses nothing."""
+    from analyzers.sql.engine import ensure_loaded
+    from analyzers.store.database import connect
+
+    con = ensure_loaded(connect(":memory:"))
+    rows = con.execute("""
+        WITH ev(grp, id, start_ns, end_ns) AS (VALUES
+            (1, 1, 0, 10),      -- A
+            (1, 2, 0, 5),       -- B: starts with A, shorter: inside it
+            (1, 3, 5, 8),       -- C: starts where B ends: B is closed
+            (1, 4, 8, 8),       -- Z: zero-length, inside A
+            (1, 5, 8, 8),       -- Y: zero-length beside Z, not inside it
+            (1, 6, 0, NULL),    -- a point at A's and B's first instant: inside both
+            (1, 7, 10, NULL),   -- a point at A's end: outside
+            (1, 8, 5, NULL),    -- a point where B ends and C starts: inside A and C
+            (2, 1, 3, 4))       -- another thread
+        SELECT grp, id, depth FROM event_depth('ev') ORDER BY grp, id""").fetchall()
+    assert rows == [(1, 1, 0), (1, 2, 1), (1, 3, 1), (1, 4, 1), (1, 5, 1), (1, 6, 2), (1, 7, 0), (1, 8, 2), (2, 1, 0)]
+
+
+def test_the_training_thread_is_the_profiler_step_thread_and_the_timelines_first_cpu_lane(analysed_samples):
+    from analyzers.read import queries
+
+    con, runs = analysed_samples
+    for run_id in runs:
+        main = {r: (p, t) for r, p, t in con.execute("SELECT rank, pid, tid FROM main_threads(?)", [run_id]).fetchall()}
+        stepped = con.execute("""SELECT rank, list(DISTINCT (pid, tid)) FROM events
+                                 WHERE run_id = ? AND kind IN ('cpu_op', 'user_annotation') AND is_profiler_step(name)
+                                 GROUP BY rank""", [run_id]).fetchall()
+        assert {r: tuple(threads[0]) for r, threads in stepped if len(threads) == 1} == main
+        bars = queries.timeline_window(con, run_id, *queries.time_bounds(con, run_id), max_events=100_000)
+        cpu = bars[~bars["is_gpu"]].sort_values("lane_order").drop_duplicates("rank")
+        assert {int(r): (p, t) for r, p, t in zip(cpu["rank"], cpu["pid"], cpu["tid"])} == main
+
+
+def test_gpu_time_in_the_steps_is_the_union_of_the_activity_in_the_steps(analysed_samples):
+    """gpu_step_segments' sweep against unions computed here: step_breakdown's busy time (all
+    activity in the windows), rank_gpu_work's compute and rank_step_costs' comm (counted activity)."""
+    con, runs = analysed_samples
+    checked = 0
+    for run_id in runs:
+        rows = con.execute("""
+            WITH w AS (SELECT rank AS grp, start_ns, end_ns FROM gpu_steps($run)),
+            act AS (SELECT rank AS grp, start_ns, end_ns, category, counted FROM gpu_activity($run)),
+            clipped AS (SELECT * FROM interval_clip('act', 'w')),
+            all_act AS (SELECT grp, start_ns, end_ns FROM clipped),
+            counted_compute AS (SELECT grp, start_ns, end_ns FROM clipped WHERE counted AND category = 'compute'),
+            counted_comm AS (SELECT grp, start_ns, end_ns FROM clipped WHERE counted AND category = 'comm'),
+            busy AS (SELECT rank, sum(gpu_busy_ns) AS busy_ns FROM step_breakdown($run) GROUP BY rank)
+            SELECT b.rank, b.busy_ns, u.union_ns, coalesce(g.compute_ns, 0), coalesce(c.union_ns, 0),
+                   s.comm_in_steps_ns, coalesce(m.union_ns, 0)
+            FROM busy b
+            JOIN interval_union_total('all_act') u ON u.grp = b.rank
+            LEFT JOIN rank_gpu_work($run, 0) g ON g.rank = b.rank
+            LEFT JOIN interval_union_total('counted_compute') c ON c.grp = b.rank
+            LEFT JOIN rank_step_costs($run) s ON s.rank = b.rank
+            LEFT JOIN interval_union_total('counted_comm') m ON m.grp = b.rank""", {"run": run_id}).fetchall()
+        for rank, busy_ns, union_ns, compute_ns, compute_union_ns, comm_ns, comm_union_ns in rows:
+            assert busy_ns == union_ns and compute_ns == compute_union_ns, rank
+            assert comm_ns is None or comm_ns == comm_union_ns, rank
+            checked += 1
+    assert checked >= 4

@@ -16,7 +16,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from accel.registry import num
+from accel.fix_predicates import num
 from analyzers.common import thresholds as th
 
 

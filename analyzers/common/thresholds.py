@@ -215,7 +215,7 @@ TENSOR_CORE_ELIGIBLE_OPS = (
     "aten::_efficient_attention_backward",
 )
 
-# === Fix applicability (read by accel/registry.py and the accel/ fix modules) ===================
+# === Fix applicability (read by accel/fix_predicates.py and the accel/ fix modules) =================
 # Cut-offs that decide whether a fix applies to a finding, or which setting a fix picks. A concept
 # defined above is reused, not redefined: "small message" is COMM_SMALL_MESSAGE_BYTES, "fast link"
 # LINK_FAST_GBPS, "communication serialised after backward" COMM_SERIALIZED_OVERLAP_PCT.

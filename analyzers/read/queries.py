@@ -173,8 +173,8 @@ def timeline_window(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, t1_
 
     Columns: rank, lane, lane_order, depth, is_gpu, kind, name, start_ns, end_ns, n_events, stream,
     pid, tid (a GPU lane's device and stream; a CPU lane's pid and tid, as in the trace).
-    Lanes: per rank the GPU streams, then the CPU threads with the main thread first; a CPU lane
-    is named by the trace's thread_name metadata, else by its tid.
+    Lanes: per rank the GPU streams, then the CPU threads with the training thread (main_threads)
+    first; a CPU lane is named by the trace's thread_name metadata, else by its tid.
     """
     kinds = [k for k in TIMELINE_KINDS if include_python or k != "python_function"]
     pixel_ns = max(1, int((t1_ns - t0_ns) * min_pixel_fraction))
@@ -193,13 +193,13 @@ def timeline_window(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, t1_
           AND ts_ns < $t1 AND ts_ns + dur_ns > $t0
           AND ($ranks IS NULL OR list_contains($ranks, rank))
     ),
-    -- nesting within each lane: lib/intervals.sql interval_depth
+    -- nesting within each lane: lib/intervals.sql event_depth
     lane_events AS (
         SELECT (rank, is_gpu, lane_pid, lane_tid) AS grp, event_no AS id, ts_ns AS start_ns, end_ns FROM win
     ),
     nested AS (
         SELECT w.*, least(greatest(d.depth, 0), $max_depth)::INTEGER AS depth
-        FROM win w JOIN interval_depth('lane_events') d ON d.id = w.event_no
+        FROM win w JOIN event_depth('lane_events') d ON d.id = w.event_no
     ),
     long_events AS (
         SELECT rank, is_gpu, lane_pid, lane_tid, depth, kind, name, ts_ns AS start_ns, end_ns, 1 AS n_events, stream
@@ -229,14 +229,15 @@ def timeline_window(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, t1_
                     ELSE 'CPU ' || CASE WHEN p.n > 1 THEN 'pid ' || b.lane_pid || ' ' ELSE '' END || '· '
                          || {_THREAD_LABEL_SQL.format(names="n", tid="b.lane_tid")}
                END AS lane_name,
-               -- Kineto's main thread has the process id as its tid; else the one named main or python
-               NOT b.is_gpu AND (b.lane_tid = b.lane_pid OR n.thread_name ILIKE '%main%'
-                                 OR n.thread_name ILIKE '%(python%') AS is_main,
+               -- the rank's training thread (lib/steps.sql main_threads) comes first
+               NOT b.is_gpu AND m.rank IS NOT NULL AS is_main,
                CASE WHEN TRY_CAST(b.lane_tid AS BIGINT) < 0 THEN TRY_CAST(b.lane_tid AS BIGINT) + 4294967296
                     ELSE TRY_CAST(b.lane_tid AS BIGINT) END AS tid_number   -- a signed 32-bit tid as unsigned
         FROM bars b
         LEFT JOIN thread_names n ON NOT b.is_gpu AND n.rank = b.rank AND n.pid = b.lane_pid AND n.tid = b.lane_tid
         LEFT JOIN cpu_pids p ON p.rank = b.rank
+        LEFT JOIN main_threads($run_id) m
+               ON NOT b.is_gpu AND m.rank = b.rank AND coalesce(m.pid, '?') = b.lane_pid AND coalesce(m.tid, '?') = b.lane_tid
     )
     SELECT b.rank,
            CASE WHEN (SELECT count(DISTINCT rank) FROM win) > 1 THEN 'rank ' || b.rank || ' · ' ELSE '' END

@@ -147,7 +147,7 @@ def ensure_loaded(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 # straggler) after them, both on the whole run.
 RUN_FACTS = ("profiler_step_names",)
 RANK_VIEWS = ("steps", "sync_calls", "dataloader_spans", "untraced_host_time", "gpu_activity", "launches", "copies",
-              "collectives", "rank_breakdown", "rank_step_costs", "rank_gpu_work", "memory_events", "memory_allocations")
+              "collectives", "rank_breakdown", "gpu_step_segments", "rank_step_costs", "rank_gpu_work", "memory_events", "memory_allocations")
 ACROSS_RANK_VIEWS = ("collective_instances", "rank_balance")
 CACHED_VIEWS = RUN_FACTS + RANK_VIEWS + ACROSS_RANK_VIEWS
 # The thresholds (analyzers/common/thresholds.py names) a cached view takes after the run id.

@@ -1,4 +1,4 @@
--- requires: lib/steps.sql
+-- requires: lib/intervals.sql lib/steps.sql
 -- Memory: the profiler's [memory] instant events (profile_memory=True) and the allocator
 -- snapshots and memory timelines stored beside a run (schema.sql memory_*). The only
 -- definitions of allocated, reserved, peaks, live allocations and fragmentation: pages, reports,
@@ -70,53 +70,43 @@ FROM (SELECT rank, unnest(CAST(device_properties AS JSON[])) AS prop
 
 -- memory_event_ops(run): for each [memory] event, the cpu_op running on its thread: the
 -- innermost one enclosing it and the outermost. Set-based, no pairwise join (a million events
--- against a million ops stays a sort): one sweep over the ops' edges and the events gives each
--- event the depth of the ops open around it; the op open at that depth is the latest op of that
--- depth that started before it (ASOF join), the outermost the latest of depth 1. At one instant,
--- ends come before starts and events last (an allocation at an op's first instant is inside it).
--- ProfilerStep#N ranges are steps, not ops. Columns: every column of memory_events, then op,
--- top_op (NULL outside any op), so a reader of both computes memory_events once.
+-- against a million ops stays a sort): lib/intervals.sql event_depth nests the ops and, as points,
+-- the events (an allocation at an op's first instant is inside it, one at its end is not); the op
+-- around an event is the latest op one level up that started before it (ASOF join), the outermost
+-- the latest of depth 0. ProfilerStep#N ranges are steps, not ops.
+-- Columns: every column of memory_events, then op, top_op (NULL outside any op), so a reader of
+-- both computes memory_events once.
 CREATE OR REPLACE MACRO memory_event_ops(run) AS TABLE
 WITH me AS MATERIALIZED (
     SELECT * FROM memory_events(run)
 ), ev AS (
     SELECT rank, seq, ts_ns, hash(rank, coalesce(tid, '')) AS thread FROM me
 ), ops AS MATERIALIZED (
-    SELECT e.rank, hash(e.rank, coalesce(e.tid, '')) AS thread, e.name, e.ts_ns AS start_ns,
-           e.ts_ns + e.dur_ns AS end_ns, e.dur_ns
+    SELECT row_number() OVER () AS op_id, hash(e.rank, coalesce(e.tid, '')) AS thread, e.name,
+           e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns
     FROM events e
-    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns IS NOT NULL AND e.dur_ns >= 0
+    WHERE e.run_id = run AND e.kind = 'cpu_op' AND e.dur_ns IS NOT NULL AND e.dur_ns > 0
       AND e.rank IN (SELECT DISTINCT rank FROM ev)
       AND NOT is_profiler_step(e.name)
-), nodes AS (
-    SELECT thread, start_ns AS t, 1 AS ord, -end_ns AS tie, 1 AS delta, NULL::BIGINT AS seq, rank
-    FROM ops WHERE dur_ns > 0
+), thread_events AS (
+    -- the ops, and the memory events as points (ids below 0)
+    SELECT thread AS grp, op_id AS id, start_ns, end_ns FROM ops
     UNION ALL
-    SELECT thread, end_ns, 0, 0, -1, NULL, rank FROM ops WHERE dur_ns > 0
-    UNION ALL
-    SELECT thread, ts_ns, 2, 0, 0, seq, rank FROM ev
-), swept AS MATERIALIZED (
-    -- a thread's starts and ends cancel out, so a running sum over every thread in turn is each
-    -- thread's own (no PARTITION BY: DuckDB sorts one big partition on one thread, ~5x slower)
-    SELECT *, sum(delta) OVER (ORDER BY thread, t, ord, tie ROWS UNBOUNDED PRECEDING) AS depth
-    FROM nodes
-), op_depths AS (
-    -- each op with its depth (the depth after its start)
-    SELECT thread, t AS start_ns, depth FROM swept WHERE ord = 1
+    SELECT thread, -1 - seq, ts_ns, NULL FROM ev
+), nested AS MATERIALIZED (
+    SELECT grp AS thread, id, depth, seq AS sweep_seq FROM event_depth('thread_events')
 ), opened AS (
-    SELECT d.thread, d.depth, o.start_ns, o.end_ns, o.name
-    FROM (SELECT DISTINCT thread, start_ns, depth FROM op_depths) d
-    JOIN (SELECT thread, start_ns, arg_max(name, end_ns) AS name, max(end_ns) AS end_ns FROM ops
-          WHERE dur_ns > 0 GROUP BY ALL) o USING (thread, start_ns)
+    SELECT n.thread, n.depth, n.sweep_seq, o.name, o.end_ns FROM nested n JOIN ops o ON o.op_id = n.id
 ), points AS (
-    SELECT thread, rank, seq, t, depth FROM swept WHERE ord = 2
+    SELECT e.rank, e.seq, e.ts_ns AS t, n.thread, n.depth, n.sweep_seq
+    FROM nested n JOIN ev e ON e.thread = n.thread AND n.id = -1 - e.seq
 ), inner_op AS (
     SELECT p.rank, p.seq, CASE WHEN o.end_ns >= p.t THEN o.name END AS op
-    FROM points p ASOF LEFT JOIN opened o ON o.thread = p.thread AND o.depth = p.depth AND o.start_ns <= p.t
+    FROM points p ASOF LEFT JOIN opened o ON o.thread = p.thread AND o.depth = p.depth - 1 AND o.sweep_seq < p.sweep_seq
 ), outer_op AS (
     SELECT p.rank, p.seq, CASE WHEN o.end_ns >= p.t THEN o.name END AS top_op
-    FROM points p ASOF LEFT JOIN (SELECT * FROM opened WHERE depth = 1) o
-      ON o.thread = p.thread AND o.start_ns <= p.t
+    FROM points p ASOF LEFT JOIN (SELECT * FROM opened WHERE depth = 0) o
+      ON o.thread = p.thread AND o.sweep_seq < p.sweep_seq
 )
 SELECT m.*, CASE WHEN p.depth > 0 THEN i.op END AS op, CASE WHEN p.depth > 0 THEN t.top_op END AS top_op
 FROM me m JOIN inner_op i USING (rank, seq) JOIN outer_op t USING (rank, seq) JOIN points p USING (rank, seq);

@@ -128,8 +128,8 @@ FROM grouped;
 -- Columns:
 --   rank, blocked (BOOLEAN: the thread runs none of its own ops; else comm is hidden behind them)
 --   start_ns, end_ns, dur_ns
--- The training thread carries ProfilerStep#N; on a rank whose steps were inferred, it is the
--- thread the repeating marker runs on most. Its own work is its cpu_ops, except ops that issue a
+-- The training thread is main_threads' (lib/steps.sql: the one carrying ProfilerStep#N, else the
+-- busiest). Its own work is its cpu_ops, except ops that issue a
 -- collective inside them (the autograd hook DDP all-reduces from, a comm hook that waits on its
 -- future): those may be waiting, so only their children count. A torch 2.13 CPU trace records no
 -- span for the wait itself (work.wait(), DDP's finalize after backward): it is the thread's
@@ -138,21 +138,9 @@ CREATE OR REPLACE MACRO cpu_comm_blocked(run, in_flight) AS TABLE
 WITH in_flight_spans AS MATERIALIZED (
     SELECT rank, start_ns, end_ns FROM query_table(in_flight)
 ), step_windows AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns, marker FROM steps(run) WHERE rank IN (SELECT rank FROM in_flight_spans)
-), marker_threads AS (
-    -- inferred steps: the thread the marker repeats on (most occurrences; lowest tid on a tie)
-    SELECT e.rank, e.pid, e.tid
-    FROM events e JOIN (SELECT DISTINCT grp AS rank, marker FROM step_windows WHERE marker IS NOT NULL) m
-         ON m.rank = e.rank AND m.marker = e.name
-    WHERE e.run_id = run AND e.kind IN ('cpu_op', 'user_annotation', 'python_function')
-    GROUP BY e.rank, e.pid, e.tid
-    QUALIFY row_number() OVER (PARTITION BY e.rank ORDER BY count(*) DESC, e.pid, e.tid) = 1
+    SELECT rank AS grp, start_ns, end_ns FROM steps(run) WHERE rank IN (SELECT rank FROM in_flight_spans)
 ), training_threads AS (
-    SELECT DISTINCT rank, pid, tid FROM events
-    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND is_profiler_step(name)
-      AND rank IN (SELECT rank FROM in_flight_spans)
-    UNION
-    SELECT rank, pid, tid FROM marker_threads
+    SELECT rank, pid, tid FROM main_threads(run) WHERE rank IN (SELECT rank FROM in_flight_spans)
 ), thread_ops AS MATERIALIZED (
     SELECT e.rank, e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns,
            starts_with(e.name, 'c10d::') OR starts_with(e.name, '_c10d_functional::')
@@ -187,25 +175,23 @@ WHERE in_a;
 -- activity, from that rank's events alone (sql.engine.run_cache computes it rank by rank), in ns over
 -- the whole trace: span_ns, compute_ns, comm_ns, exposed_ns, held_ns (NULL where it has none).
 CREATE OR REPLACE MACRO rank_gpu_work(run, host_blocked_min_ns) AS TABLE
-WITH act AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns, category FROM gpu_activity(run) WHERE counted
-), gpu_windows AS MATERIALIZED (
-    SELECT rank AS grp, start_ns, end_ns FROM gpu_steps(run)
-), act_in_steps AS MATERIALIZED (
-    SELECT grp, start_ns, end_ns, category FROM interval_clip('act', 'gpu_windows')
-), compute_act AS (
-    SELECT grp, start_ns, end_ns FROM act_in_steps WHERE category = 'compute'
-), comm_act AS (
-    SELECT grp, start_ns, end_ns FROM act_in_steps WHERE category = 'comm'
+WITH act AS (
+    SELECT rank, start_ns, end_ns FROM gpu_activity(run) WHERE counted
 ), gpu_span AS (
-    SELECT grp AS rank, max(end_ns) - min(start_ns) AS span_ns FROM act GROUP BY grp
+    SELECT rank, max(end_ns) - min(start_ns) AS span_ns FROM act GROUP BY rank
+), segments AS MATERIALIZED (
+    -- what the GPU does inside the steps: lib/step_costs.sql gpu_step_segments
+    -- of counted activity (HTA's rule, as rank_balance's other GPU figures)
+    SELECT rank, start_ns, end_ns, dur_ns, counted_compute, counted_comm FROM gpu_step_segments(run)
+    WHERE counted_compute > 0 OR counted_comm > 0
 ), compute_union AS (
-    SELECT grp AS rank, union_ns AS compute_ns FROM interval_union_total('compute_act')
+    SELECT rank, sum(dur_ns) FILTER (WHERE counted_compute > 0) AS compute_ns FROM segments GROUP BY rank
 ), comm_union AS (
     -- communication inside the steps: rank_step_costs' (the ranks table's comm per step)
     SELECT rank, comm_in_steps_ns AS comm_ns FROM rank_step_costs(run)
 ), exposed_pieces AS MATERIALIZED (
-    SELECT grp, start_ns, end_ns, dur_ns FROM interval_subtract('comm_act', 'compute_act')
+    -- communication no compute kernel overlaps
+    SELECT rank AS grp, start_ns, end_ns, dur_ns FROM segments WHERE counted_compute = 0 AND counted_comm > 0
 ), comm_exposed AS (
     SELECT grp AS rank, sum(dur_ns) AS exposed_ns FROM exposed_pieces GROUP BY grp
 ), host_blocked AS (

@@ -36,13 +36,72 @@ GROUP BY run_id, rank, step;
 CREATE OR REPLACE MACRO profiler_step_names(run) AS TABLE
 SELECT count(DISTINCT step) AS n_step_names FROM profiler_steps(run);
 
+-- stepless_top_level_ops(run): on each rank without ProfilerStep ranges, its host ranges (cpu_op,
+-- user_annotation) that no other range of their thread encloses (depth 0 by lib/intervals.sql
+-- event_depth). Python frames, which enclose everything, are left out.
+-- Columns:
+--   rank     INTEGER
+--   pid, tid VARCHAR  as in events
+--   name     VARCHAR
+--   start_ns, end_ns  BIGINT
+CREATE OR REPLACE MACRO stepless_top_level_ops(run) AS TABLE
+WITH host_ranges AS MATERIALIZED (
+    SELECT row_number() OVER () AS id, rank, pid, tid, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
+    FROM events
+    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND dur_ns IS NOT NULL
+      AND rank NOT IN (SELECT rank FROM profiler_steps(run))
+), thread_ranges AS (
+    SELECT hash(rank, pid, tid) AS grp, id, start_ns, end_ns FROM host_ranges
+)
+SELECT h.rank, h.pid, h.tid, h.name, h.start_ns, h.end_ns
+FROM event_depth('thread_ranges') d JOIN host_ranges h ON h.id = d.id
+WHERE d.depth = 0;
+
+-- stepless_main_threads(top_level): main_threads' choice on the ranks without ProfilerSteps, from
+-- the NAME of a table of their top-level ops (stepless_top_level_ops' columns).
+-- Columns: rank, pid, tid, source ('process_main' | 'busiest')
+CREATE OR REPLACE MACRO stepless_main_threads(top_level) AS TABLE
+SELECT rank, pid, tid, CASE WHEN tid = pid THEN 'process_main' ELSE 'busiest' END AS source
+FROM query_table(top_level)
+GROUP BY rank, pid, tid
+QUALIFY row_number() OVER (PARTITION BY rank ORDER BY tid = pid DESC, sum(end_ns - start_ns) DESC,
+                                                      pid NULLS LAST, tid NULLS LAST) = 1;
+
+-- main_threads(run): each rank's training thread, the one host thread the step-level views read
+-- (cpu_comm_blocked's own work and blocked time, inferred_steps' repeating op, the timeline's first
+-- CPU lane). First choice first:
+--   'profiler_step'  the thread carrying the rank's ProfilerStep#N ranges (of several, the one
+--                    with the most step time)
+--   'process_main'   on a rank without them, the process's main thread, where a training loop
+--                    runs: Kineto writes it with the process id as its tid (of several processes,
+--                    the one with the most top-level op time, stepless_top_level_ops)
+--   'busiest'        else the thread with the most top-level op time
+-- Ties: the lowest pid, then tid. One row per rank with host ops.
+-- Columns:
+--   rank     INTEGER
+--   pid, tid VARCHAR  as in events (NULL where the trace has none)
+--   source   VARCHAR  'profiler_step' | 'process_main' | 'busiest'
+CREATE OR REPLACE MACRO main_threads(run) AS TABLE
+WITH step_threads AS (
+    SELECT rank, pid, tid, 'profiler_step' AS source
+    FROM events
+    WHERE run_id = run AND kind IN ('cpu_op', 'user_annotation') AND is_profiler_step(name) AND dur_ns IS NOT NULL
+    GROUP BY rank, pid, tid
+    QUALIFY row_number() OVER (PARTITION BY rank ORDER BY sum(dur_ns) DESC, pid NULLS LAST, tid NULLS LAST) = 1
+), top_level AS (
+    SELECT * FROM stepless_top_level_ops(run)
+)
+SELECT * FROM step_threads
+UNION ALL
+SELECT * FROM stepless_main_threads('top_level');
+
 -- inferred_steps(run): training iterations of the ranks WITHOUT ProfilerStep ranges (a profile
 -- taken without a schedule, torch.autograd.profiler captures, inference), found where the rank's
 -- host activity repeats. The marker that repeats, first choice first:
 --   'dataloader'  enumerate(DataLoader)#...__next__: the loop fetching its next batch
 --   'optimizer'   Optimizer.step#...: the end of each training step
---   'op'          a top-level op (not inside another op) of the rank's main thread (the thread
---                 with the most top-level op time) that recurs over the whole loop: of the names
+--   'op'          a top-level op (not inside another op) of the rank's training thread
+--                 (main_threads) that recurs over the whole loop: of the names
 --                 whose first-to-last occurrence spans at least 90% of the widest such span, the
 --                 rarest (once per iteration), the earliest on a tie
 -- A marker must occur at least 3 times on one thread (of several threads or names, the most
@@ -81,23 +140,15 @@ WITH stepless_ranks AS MATERIALIZED (
     FROM named_markers
     GROUP BY rank, tid, name, what
     HAVING count(DISTINCT start_ns) >= library_threshold('INFERRED_STEP_MIN_REPEATS')
-), top_level AS (
-    -- an op starting at or after the end of every earlier op of its thread is not inside one
-    -- (Python frames, which enclose everything, are left out); only ranks without a named marker
-    SELECT rank, tid, name, start_ns, end_ns
-    FROM (SELECT *, max(end_ns) OVER (PARTITION BY rank, tid ORDER BY start_ns, end_ns DESC
-                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS enclosing_end_ns
-          FROM host_ops
-          WHERE kind IN ('cpu_op', 'user_annotation') AND rank NOT IN (SELECT rank FROM named_candidates))
-    WHERE enclosing_end_ns IS NULL OR start_ns >= enclosing_end_ns
-), main_thread AS (
-    SELECT rank, arg_max(tid, busy_ns) AS tid
-    FROM (SELECT rank, tid, sum(end_ns - start_ns) AS busy_ns FROM top_level GROUP BY rank, tid)
-    GROUP BY rank
+), top_level AS MATERIALIZED (
+    SELECT * FROM stepless_top_level_ops(run)
 ), recurring_ops AS (
+    -- on the training thread (main_threads' choice on a rank without ProfilerSteps)
     SELECT t.rank, t.tid, t.name, count(DISTINCT t.start_ns) AS occurrences, min(t.start_ns) AS first_ns,
            max(t.start_ns) - min(t.start_ns) AS spread_ns
-    FROM top_level t JOIN main_thread m ON m.rank = t.rank AND m.tid IS NOT DISTINCT FROM t.tid
+    FROM top_level t JOIN stepless_main_threads('top_level') m
+         ON m.rank = t.rank AND m.pid IS NOT DISTINCT FROM t.pid AND m.tid IS NOT DISTINCT FROM t.tid
+    WHERE t.rank NOT IN (SELECT rank FROM named_candidates)
     GROUP BY t.rank, t.tid, t.name
     HAVING count(DISTINCT t.start_ns) >= library_threshold('INFERRED_STEP_MIN_REPEATS')
 ), candidates AS (

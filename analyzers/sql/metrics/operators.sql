@@ -77,14 +77,35 @@ CREATE OR REPLACE MACRO is_tensor_core_eligible_op(name, ops) AS
     list_contains(ops, regexp_replace(name, '(Backward)\d+$', '\1'));
 
 
+-- launched_within(ranges, points): per range of a thread, the GPU time launched by the calls
+-- starting inside it: start_ns <= t < end_ns, event_depth's order (a call at a range's first
+-- instant is inside it, one at its end is not; a zero-length range holds none).
+-- ranges: the NAME of a table (grp, id, start_ns, end_ns; rows without an end are left out);
+-- points: the NAME of a table (grp, t, gpu_ns, tc_ns) of the launch calls.
+-- Columns: id, gpu_ns, tc_ns (sums, ns; 0 when none)
+CREATE OR REPLACE MACRO launched_within(ranges, points) AS TABLE
+WITH at_instant AS (
+    SELECT grp, t, sum(gpu_ns) AS gpu_ns, sum(tc_ns) AS tc_ns FROM query_table(points) GROUP BY grp, t
+), running AS MATERIALIZED (
+    SELECT grp, t, sum(gpu_ns) OVER w AS gpu_cum, sum(tc_ns) OVER w AS tc_cum
+    FROM at_instant WINDOW w AS (PARTITION BY grp ORDER BY t ROWS UNBOUNDED PRECEDING)
+), r AS (
+    SELECT grp, id, start_ns, end_ns FROM query_table(ranges) WHERE end_ns IS NOT NULL
+)
+SELECT r.id, coalesce(e.gpu_cum, 0) - coalesce(b.gpu_cum, 0) AS gpu_ns, coalesce(e.tc_cum, 0) - coalesce(b.tc_cum, 0) AS tc_ns
+FROM r
+ASOF LEFT JOIN running e ON e.grp = r.grp AND e.t < r.end_ns
+ASOF LEFT JOIN running b ON b.grp = r.grp AND b.t < r.start_ns;
+
+
 -- cpu_op_instances(run, t0_ns, t1_ns, only_rank, only_step, tc_patterns): every cpu_op event
 -- starting in the window (the whole run: in one of the rank's host steps, host_step_windows),
 -- with its self time and the GPU work it launched. ProfilerStep#N
 -- ranges (a cpu_op in many traces) are the steps, not ops: left out.
--- Nesting is by interval containment on the same rank and thread, set-based: one sweep over the
--- ops' edges (and the launch calls of launches(run) as points) gives each node the depth of the
--- ops open around it; its parent is the latest op at the depth above that started before it
--- (ASOF join), kept only when it still encloses the node's start.
+-- Nesting is lib/intervals.sql event_depth's on the same rank and thread, with the launch calls of
+-- launches(run) as points: each node has the depth of the ops open around it; its parent is the
+-- latest op at the depth above that started before it (ASOF join), kept only when it still
+-- encloses the node's start.
 -- Columns:
 --   rank, name, start_ns, dur_ns, depth (1: no op around it)
 --   self_ns        dur_ns minus its direct child ops (each cut to the parent's end), floored at 0
@@ -121,50 +142,45 @@ WITH bounds AS (
     WHERE EXISTS (SELECT 1 FROM windows WHERE whole_run)
 ), starts_in_steps AS (
     SELECT op_id FROM interval_clip('whole_run_starts', 'host_steps')
-), launch_points AS (
-    SELECT hash(l.rank, coalesce(l.launch_tid, '')) AS thread, l.launch_start_ns AS t, l.gpu_dur_ns,
+), launch_points AS MATERIALIZED (
+    SELECT -row_number() OVER () AS point_id, hash(l.rank, coalesce(l.launch_tid, '')) AS thread,
+           l.launch_start_ns AS t, l.gpu_dur_ns,
            CASE WHEN l.gpu_kind = 'kernel' AND is_tensor_core_kernel(l.gpu_name, tc_patterns)
                 THEN l.gpu_dur_ns ELSE 0 END AS tc_ns
     FROM launches(run) l JOIN windows w ON w.rank = l.rank
     WHERE l.launch_start_ns >= w.w0 AND l.launch_start_ns < w.horizon
-), nodes AS (
-    -- ord: at one instant ends (0) come before starts (1, outer op first), launch points (2) last;
-    -- delta: how the number of open ops changes (a zero-length op never opens)
-    SELECT thread, start_ns AS t, 1 AS ord, -end_ns AS tie, (dur_ns > 0)::INTEGER AS delta, op_id, end_ns,
-           0 AS gpu_ns, 0 AS tc_ns
-    FROM ops
+), thread_events AS (
+    -- the ops and, as points, the launch calls (negative ids), nested by lib/intervals.sql event_depth
+    SELECT thread AS grp, op_id AS id, start_ns, end_ns FROM ops
     UNION ALL
-    SELECT thread, end_ns, 0, 0, -1, op_id, NULL, 0, 0 FROM ops WHERE dur_ns > 0
-    UNION ALL
-    SELECT thread, t, 2, 0, 0, NULL, NULL, gpu_dur_ns, tc_ns FROM launch_points
-), swept AS MATERIALIZED (
-    SELECT *,
-           sum(delta) OVER running - delta AS parent_depth,
-           row_number() OVER running AS seq,
-           sum(gpu_ns) OVER running AS gpu_before_ns,
-           sum(tc_ns) OVER running AS tc_before_ns
-    FROM nodes
-    WINDOW running AS (PARTITION BY thread ORDER BY t, ord, tie ROWS UNBOUNDED PRECEDING)
+    SELECT thread, point_id, t, NULL FROM launch_points
+), nested AS MATERIALIZED (
+    SELECT grp AS thread, id, depth AS parent_depth, seq FROM event_depth('thread_events')
 ), op_starts AS MATERIALIZED (
-    SELECT thread, seq, parent_depth + 1 AS depth, op_id, end_ns FROM swept WHERE ord = 1
+    SELECT n.thread, n.seq, n.parent_depth, n.parent_depth + 1 AS depth, o.op_id, o.start_ns, o.end_ns
+    FROM nested n JOIN ops o ON o.op_id = n.id
 ), children AS (
     -- op starts and launch points inside another op, each with that op (its parent)
-    SELECT c.ord, c.t, c.end_ns AS child_end_ns, c.gpu_ns, p.op_id AS parent_id, p.end_ns AS parent_end_ns
-    FROM (SELECT thread, seq, parent_depth, ord, t, end_ns, gpu_ns FROM swept WHERE ord IN (1, 2) AND parent_depth > 0) c
+    SELECT c.is_op, c.t, c.end_ns AS child_end_ns, c.gpu_ns, p.op_id AS parent_id, p.end_ns AS parent_end_ns
+    FROM (SELECT thread, seq, parent_depth, true AS is_op, start_ns AS t, end_ns, 0 AS gpu_ns
+          FROM op_starts WHERE parent_depth > 0
+          UNION ALL
+          SELECT n.thread, n.seq, n.parent_depth, false, l.t, NULL, l.gpu_dur_ns
+          FROM nested n JOIN launch_points l ON l.point_id = n.id WHERE n.parent_depth > 0) c
     ASOF JOIN op_starts p ON p.thread = c.thread AND p.depth = c.parent_depth AND c.seq > p.seq
     WHERE p.end_ns >= c.t
 ), child_time AS (
     SELECT parent_id AS op_id,
-           coalesce(sum(least(child_end_ns, parent_end_ns) - t) FILTER (WHERE ord = 1), 0) AS child_ns,
-           coalesce(sum(gpu_ns) FILTER (WHERE ord = 2), 0) AS gpu_self_ns
+           coalesce(sum(least(child_end_ns, parent_end_ns) - t) FILTER (WHERE is_op), 0) AS child_ns,
+           coalesce(sum(gpu_ns) FILTER (WHERE NOT is_op), 0) AS gpu_self_ns
     FROM children
     GROUP BY parent_id
+), launch_sums AS (
+    SELECT thread AS grp, t, gpu_dur_ns AS gpu_ns, tc_ns FROM launch_points
 ), launched_inside AS (
-    -- GPU work launched between an op's start and end: running sums at its end minus at its start
-    SELECT op_id, sum(CASE WHEN ord = 0 THEN gpu_before_ns ELSE -gpu_before_ns END) AS gpu_total_ns,
-           sum(CASE WHEN ord = 0 THEN tc_before_ns ELSE -tc_before_ns END) AS tc_gpu_total_ns
-    FROM swept WHERE op_id IS NOT NULL AND (ord = 0 OR delta = 1)
-    GROUP BY op_id
+    -- GPU work launched between an op's start and end
+    SELECT id AS op_id, gpu_ns AS gpu_total_ns, tc_ns AS tc_gpu_total_ns
+    FROM launched_within('thread_events', 'launch_sums')
 )
 SELECT o.rank, o.name, o.start_ns, o.dur_ns, s.depth,
        greatest(o.dur_ns - coalesce(c.child_ns, 0), 0) AS self_ns,
@@ -286,7 +302,7 @@ LEFT JOIN windows w ON w.grp_rank IS NOT DISTINCT FROM p.grp_rank;
 -- with_modules / with_stack traces' python_function events 'nn.Module: Foo_0' and from
 -- record_function ranges (user_annotation, ProfilerStep#N left out). A scope's path is the scopes
 -- around it on the same rank and thread ('DistributedDataParallel.forward/ResNet_0/Conv2d_1');
--- nested by interval_depth (lib/intervals.sql); the whole run, as in cpu_op_instances, counts the scopes starting
+-- nested by event_depth (lib/intervals.sql); the whole run, as in cpu_op_instances, counts the scopes starting
 -- in the rank's host steps. No rows when the trace has neither.
 -- Columns:
 --   rank (NULL unless by_rank), path, name (its last part), source ('module' | 'annotation'),
@@ -298,7 +314,9 @@ WITH RECURSIVE windows AS MATERIALIZED (
            window_ns, whole_run
     FROM host_view_windows(run, t0_ns, t1_ns, only_rank, only_step)
 ), scopes AS MATERIALIZED (
-    SELECT row_number() OVER () AS scope_id, e.rank, coalesce(e.tid, '') AS tid,
+    -- ids in a fixed order: of two scopes with the same bounds, event_depth nests the later id inside
+    SELECT row_number() OVER (ORDER BY e.rank, e.tid, e.ts_ns, e.dur_ns DESC, e.name) AS scope_id,
+           e.rank, coalesce(e.tid, '') AS tid,
            CASE WHEN e.kind = 'python_function' THEN substr(e.name, length('nn.Module: ') + 1) ELSE e.name END AS name,
            CASE WHEN e.kind = 'python_function' THEN 'module' ELSE 'annotation' END AS source,
            e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns,
@@ -319,10 +337,10 @@ WITH RECURSIVE windows AS MATERIALIZED (
 ), thread_scopes AS (
     SELECT hash(rank, tid) AS grp, scope_id AS id, start_ns, end_ns FROM scopes
 ), starts AS MATERIALIZED (
-    -- nesting on each rank and thread: lib/intervals.sql interval_depth
+    -- nesting on each rank and thread: lib/intervals.sql event_depth
     SELECT sc.rank, sc.tid, d.seq, d.depth AS parent_depth, d.depth + 1 AS depth, sc.scope_id,
            sc.start_ns AS t, sc.end_ns
-    FROM interval_depth('thread_scopes') d JOIN scopes sc ON sc.scope_id = d.id
+    FROM event_depth('thread_scopes') d JOIN scopes sc ON sc.scope_id = d.id
 ), parents AS (
     SELECT c.scope_id, p.scope_id AS parent_id
     FROM (SELECT * FROM starts WHERE parent_depth > 0) c
@@ -336,23 +354,13 @@ WITH RECURSIVE windows AS MATERIALIZED (
     SELECT pr.scope_id, p.path || '/' || s.name, p.level + 1
     FROM paths p JOIN parents pr ON pr.parent_id = p.scope_id JOIN scopes s ON s.scope_id = pr.scope_id
 ), launch_points AS (
-    SELECT l.rank, coalesce(l.launch_tid, '') AS tid, l.launch_start_ns AS t, l.gpu_dur_ns
+    SELECT hash(l.rank, coalesce(l.launch_tid, '')) AS grp, l.launch_start_ns AS t, l.gpu_dur_ns AS gpu_ns, 0 AS tc_ns
     FROM launches(run) l JOIN windows w ON w.rank = l.rank
     WHERE l.launch_start_ns >= w.w0
       AND EXISTS (SELECT 1 FROM scopes)
-), gpu_edges AS (
-    -- GPU time launched inside each scope: running sum over its thread's launches, end minus start
-    SELECT rank, tid, t, 1 AS ord, scope_id, 0 AS gpu_ns, 1 AS sign FROM starts
-    UNION ALL
-    SELECT s.rank, s.tid, s.end_ns, 0, s.scope_id, 0, -1 FROM starts s
-    UNION ALL
-    SELECT rank, tid, t, 2, NULL, gpu_dur_ns, 0 FROM launch_points
 ), gpu_inside AS (
-    SELECT scope_id, -sum(sign * launched_before_ns) AS gpu_total_ns
-    FROM (SELECT *, sum(gpu_ns) OVER (PARTITION BY rank, tid ORDER BY t, ord ROWS UNBOUNDED PRECEDING) AS launched_before_ns
-          FROM gpu_edges)
-    WHERE scope_id IS NOT NULL
-    GROUP BY scope_id
+    -- GPU time launched inside each scope
+    SELECT id AS scope_id, gpu_ns AS gpu_total_ns FROM launched_within('thread_scopes', 'launch_points')
 ), per_path AS (
     SELECT CASE WHEN by_rank THEN s.rank END AS grp_rank, p.path, any_value(s.name) AS name,
            any_value(s.source) AS source, any_value(p.level) AS depth, count(*) AS calls,

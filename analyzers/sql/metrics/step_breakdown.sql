@@ -1,12 +1,12 @@
--- requires: lib/gpu_steps.sql lib/gpu_activity.sql metrics/rank_breakdown.sql
+-- requires: lib/gpu_steps.sql lib/gpu_activity.sql lib/step_costs.sql metrics/rank_breakdown.sql
 -- Where each step's time went on the GPU, and its mean per rank: what the Overview, Ranks,
 -- Compare and report charts draw.
 
 
 -- step_breakdown(run): one row per rank and GPU-clock step (gpu_steps).
--- GPU activity is clipped to the window (the window decides what belongs to a step, so
--- gpu_activity.counted, HTA's rule for work outside the profiled steps, is not applied) and every
--- instant of the window is counted once, in priority compute > communication > memory > idle,
+-- From lib/step_costs.sql gpu_step_segments: GPU activity clipped to the window (the window decides
+-- what belongs to a step, so gpu_activity.counted, HTA's rule for work outside the profiled steps,
+-- is not applied), every instant of the window counted once, in priority compute > communication > memory > idle,
 -- with gpu_activity's categories. So the four parts add up to the step, and the communication
 -- part is the communication no compute hides on this rank (waiting for another rank included).
 -- Columns (ns):
@@ -17,48 +17,13 @@
 CREATE OR REPLACE MACRO step_breakdown(run) AS TABLE
 WITH windows AS (
     SELECT rank, step, start_ns AS t0, end_ns AS t1, clock FROM gpu_steps(run)
-), gpu AS (
-    SELECT rank, category, start_ns, end_ns FROM gpu_activity(run) WHERE end_ns > start_ns
-), placed AS (
-    -- nearly all activity lies inside the window where it starts (an ASOF join, fast); only the
-    -- rest (crossing a boundary, or outside every window) takes the interval-overlap join below
-    SELECT g.rank, g.category, g.start_ns, g.end_ns, w.step,
-           w.t0 IS NOT NULL AND g.start_ns < w.t1 AND g.end_ns <= w.t1 AS inside
-    FROM gpu g ASOF LEFT JOIN windows w ON w.rank = g.rank AND g.start_ns >= w.t0
-), clipped AS (
-    SELECT rank, step, category, start_ns AS s, end_ns AS e FROM placed WHERE inside
-    UNION ALL
-    SELECT w.rank, w.step, p.category, greatest(p.start_ns, w.t0), least(p.end_ns, w.t1)
-    FROM (SELECT * FROM placed WHERE NOT inside) p
-    JOIN windows w ON p.rank = w.rank AND p.start_ns < w.t1 AND p.end_ns > w.t0
-), edges AS (
-    -- sweep line: +1 where an interval of a category starts, -1 where it ends
-    SELECT rank, step, t, sum(d_compute) AS d_compute, sum(d_comm) AS d_comm, sum(d_memory) AS d_memory
-    FROM (
-        SELECT rank, step, s AS t, (category = 'compute')::INT AS d_compute,
-               (category = 'comm')::INT AS d_comm, (category = 'memory')::INT AS d_memory
-        FROM clipped
-        UNION ALL
-        SELECT rank, step, e, -(category = 'compute')::INT, -(category = 'comm')::INT, -(category = 'memory')::INT
-        FROM clipped
-    )
-    GROUP BY ALL
-), segments AS (
-    SELECT rank, step,
-           lead(t) OVER by_time - t AS len,
-           sum(d_compute) OVER running AS n_compute,
-           sum(d_comm) OVER running AS n_comm,
-           sum(d_memory) OVER running AS n_memory
-    FROM edges
-    WINDOW by_time AS (PARTITION BY rank, step ORDER BY t),
-           running AS (PARTITION BY rank, step ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 ), parts AS (
     SELECT rank, step,
-           coalesce(sum(len) FILTER (WHERE n_compute > 0), 0) AS compute_ns,
-           coalesce(sum(len) FILTER (WHERE n_compute = 0 AND n_comm > 0), 0) AS comm_exposed_ns,
-           coalesce(sum(len) FILTER (WHERE n_compute = 0 AND n_comm = 0 AND n_memory > 0), 0) AS memory_ns,
-           coalesce(sum(len) FILTER (WHERE n_comm > 0), 0) AS comm_ns
-    FROM segments WHERE len > 0
+           coalesce(sum(dur_ns) FILTER (WHERE n_compute > 0), 0) AS compute_ns,
+           coalesce(sum(dur_ns) FILTER (WHERE n_compute = 0 AND n_comm > 0), 0) AS comm_exposed_ns,
+           coalesce(sum(dur_ns) FILTER (WHERE n_compute = 0 AND n_comm = 0 AND n_memory > 0), 0) AS memory_ns,
+           coalesce(sum(dur_ns) FILTER (WHERE n_comm > 0), 0) AS comm_ns
+    FROM gpu_step_segments(run)
     GROUP BY ALL
 )
 SELECT w.rank, w.step, w.t0 AS start_ns, w.t1 AS end_ns, w.t1 - w.t0 AS step_ns, w.clock,
