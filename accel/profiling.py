@@ -162,6 +162,33 @@ def trace_rank_memory(trace: Path) -> list[dict]:
         con.close()
 
 
+MIB = float(1 << 20)
+
+
+def profile_memory_pair(steps_by_side: dict[str, Callable[[int], object]], steps: int, out_dir: Path,
+                        device: str) -> tuple[list[Path], dict[str, object]]:
+    """Profile each side's fresh step function (before, after) with profile_memory_from_start into
+    out_dir/<side>.json.gz; returns the traces and the checks every memory demo reports: each
+    trace's peak as TraceDoctor reads it and as torch's memory timeline gives it, in MiB, the drop
+    and the ratio (None where the trace holds no memory events)."""
+    traces, ours, theirs = [], [], []
+    for side, step_fn in steps_by_side.items():
+        trace = Path(out_dir) / f"{side}.json.gz"
+        theirs.append(profile_memory_from_start(step_fn, steps, trace, device))
+        ranks = trace_rank_memory(trace)
+        ours.append(ranks[0]["peak_allocated_bytes"] if ranks else None)
+        traces.append(trace)
+    before, after = ours
+    return traces, {
+        "peak_allocated_mib_before": None if before is None else round(before / MIB, 2),
+        "peak_allocated_mib_after": None if after is None else round(after / MIB, 2),
+        "peak_drop_mib": None if None in ours else round((before - after) / MIB, 2),
+        "peak_ratio": None if not before or after is None else round(after / before, 3),
+        "torch_timeline_peak_mib_before": round(theirs[0] / MIB, 2),
+        "torch_timeline_peak_mib_after": round(theirs[1] / MIB, 2),
+    }
+
+
 @contextmanager
 def intra_op_threads(count: int, device: str):
     """On CPU, run torch ops with `count` intra-op threads for the duration (restored after).

@@ -807,6 +807,32 @@ _FIX_LIST = [
         fit={"memory_spike": 0.3},
     ),
     Fix(
+        id="autocast_activations",
+        workloads=("training",),
+        title="Keep activations in 16 bits: the forward under torch.autocast",
+        addresses=["memory_spike", "memory_headroom"],
+        needs=[],
+        snippet=(
+            "import torch\n"
+            "from accel.kernels.precision import amp_dtype\n"
+            "device = next(model.parameters()).device.type\n"
+            "with torch.autocast(device_type=device, dtype=amp_dtype(device)):   # bf16 (fp16 without it)\n"
+            "    loss = loss_fn(model(x0), y0)   # the activations kept for backward are 16-bit\n"
+            "loss.backward()\n"
+        ),
+        description=(
+            "The forward keeps each layer's activations for the backward; in FP32 they are often most "
+            "of the peak. Under torch.autocast the matmuls and what follows them run in bf16 (fp16 with "
+            "a GradScaler where the GPU has no bf16), so the saved activations take half the bytes while "
+            "the weights, gradients and optimizer state stay FP32. On GPUs it is faster too (tensor "
+            "cores); on CPUs without bf16 units the matmuls get slower. Losses drift within bf16's "
+            "precision: check convergence. Does not shrink optimizer state (shard it) or weights."
+        ),
+        module="accel.kernels.precision",
+        demo_module="accel.demos.autocast_activations",
+        fit={"memory_spike": 0.5, "memory_headroom": 0.5},
+    ),
+    Fix(
         id="zero_optimizer",
         workloads=("training",),
         title="Shard the optimizer state across data-parallel ranks (ZeroRedundancyOptimizer)",

@@ -17,7 +17,7 @@ FIX_IDS = ["cuda_graph", "compile_reduce_overhead", "fused_optimizer", "triton_f
            "cuda_prefetcher", "dataloader_tuning", "preprocess_in_workers", "allocator_tuning", "drop_empty_cache", "tf32_matmul", "amp_autocast",
            "balanced_sampler", "comm_compression", "powersgd", "ddp_bucket_tuning",
            "no_sync_accumulation", "hierarchical_allreduce", "activation_checkpointing",
-           "zero_grad_set_to_none", "zero_optimizer", "serving_cuda_graphs"]
+           "zero_grad_set_to_none", "autocast_activations", "zero_optimizer", "serving_cuda_graphs"]
 CORE_FIXES = FIX_IDS[:11] + ["serving_cuda_graphs"]   # implemented in this package's kernels/ and data/ (not accel/comm)
 
 

@@ -57,3 +57,15 @@ def test_dropping_empty_cache_on_cpu_measures_only_what_is_real(tmp_path):
     assert checks["device_allocations_per_step_before"] is None
     assert data["cost_pct_before"] is None and data["cost_pct_after"] is None
     assert any("need a CUDA GPU" in note for note in data["notes"])
+
+
+def test_autocast_keeps_the_activations_in_half_the_bytes(tmp_path):
+    from accel.demos.autocast_activations import run
+
+    checks = run(tmp_path, "cpu", 2).checks
+    assert checks["amp_dtype"] == "bfloat16" and checks["fp32_activation_mib"] == 8.0
+    for side in ("before", "after"):            # TraceDoctor's peak is torch's own, within 5%
+        assert checks[f"peak_allocated_mib_{side}"] == pytest.approx(checks[f"torch_timeline_peak_mib_{side}"], rel=0.05)
+    # the saved activations are most of the FP32 peak; in bf16 about half of them leaves it
+    assert checks["peak_drop_mib"] >= 0.3 * checks["fp32_activation_mib"], checks
+    assert checks["losses_agree"] is True, checks

@@ -17,8 +17,7 @@ import torch
 
 from accel.demos import DemoResult
 from accel.memory.gradients import gradient_bytes
-from accel.profiling import (intra_op_threads, median_ms, profile_memory_from_start, time_steps_interleaved,
-                             trace_rank_memory)
+from accel.profiling import intra_op_threads, median_ms, profile_memory_pair, time_steps_interleaved
 
 FIX, KIND = "zero_grad_set_to_none", "memory_spike"
 DEFAULT_STEPS = 6
@@ -55,24 +54,13 @@ def _run(out_dir: Path, device: str, steps: int) -> DemoResult:
     times = time_steps_interleaved(variants, steps, device)
     kept_grad_bytes = gradient_bytes(built[0][0])
 
-    traces, ours, theirs = [], [], []
-    for side, set_to_none in (("before", False), ("after", True)):
-        model, optimizer, inputs = build(device)          # fresh: its first gradients allocated in view
-        trace = out_dir / f"{side}.json.gz"
-        theirs.append(profile_memory_from_start(make_step(model, optimizer, inputs, set_to_none),
-                                                min(PROFILED_STEPS, steps), trace, device))
-        ranks = trace_rank_memory(trace)
-        ours.append(ranks[0]["peak_allocated_bytes"] if ranks else None)
-        traces.append(trace)
+    fresh = {side: build(device) for side in ("before", "after")}   # first gradients allocated in view
+    traces, peaks = profile_memory_pair({side: make_step(*fresh[side], set_to_none=side == "after")
+                                         for side in ("before", "after")}, min(PROFILED_STEPS, steps), out_dir, device)
 
     checks = {
         "gradient_mib": round(kept_grad_bytes / MIB, 2),
-        "peak_allocated_mib_before": None if ours[0] is None else round(ours[0] / MIB, 2),
-        "peak_allocated_mib_after": None if ours[1] is None else round(ours[1] / MIB, 2),
-        "peak_drop_mib": None if None in ours else round((ours[0] - ours[1]) / MIB, 2),
-        "peak_ratio": None if not ours[0] or ours[1] is None else round(ours[1] / ours[0], 3),
-        "torch_timeline_peak_mib_before": round(theirs[0] / MIB, 2),
-        "torch_timeline_peak_mib_after": round(theirs[1] / MIB, 2),
+        **peaks,
         "same_parameters_after_steps": _same_parameters(device),
     }
     return DemoResult(fix=FIX, device=device, finding_kind=KIND,
