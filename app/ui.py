@@ -56,11 +56,18 @@ def human_bytes(value: Any) -> str:
 def table(frame: pd.DataFrame, bytes_columns: tuple[str, ...] = (), **kwargs: Any) -> None:
     """Every table the pages show: st.dataframe of the frame made csv_safe, since its toolbar's
     "Download as CSV" writes the cells (a run named `=HYPERLINK(..)` reads `'=HYPERLINK(..)`).
-    bytes_columns are shown in binary units ("570.0 MiB") and still sort by their numbers."""
+    bytes_columns are shown in binary units ("570.0 MiB") and still sort by their numbers; numeric
+    columns named *_pct with one decimal ("59.7")."""
     safe = csv_safe(frame)
-    present = [c for c in bytes_columns if c in safe.columns]
-    shown = safe.style.format({c: human_bytes for c in present}) if present else safe
+    formats: dict[str, Any] = {c: human_bytes for c in bytes_columns if c in safe.columns}
+    formats.update({c: _one_decimal for c in safe.columns
+                    if isinstance(c, str) and c.endswith("_pct") and pd.api.types.is_float_dtype(safe[c])})
+    shown = safe.style.format(formats) if formats else safe
     st.dataframe(shown, **{"hide_index": True, "width": "stretch", **kwargs})
+
+
+def _one_decimal(value: Any) -> str:
+    return "" if pd.isna(value) else f"{value:.1f}"
 
 
 def cost_words(finding: dict[str, Any]) -> tuple[str, str]:
