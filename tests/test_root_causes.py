@@ -139,7 +139,7 @@ def test_slow_loader_on_one_rank_is_one_root_cause_with_the_straggler_linked(slo
     if "rank_imbalance" in found:          # the other rank waits for it: named as its consequence
         assert found["rank_imbalance"]["caused_by"] == "dataloader_stall"
     costs = stored_costs(con, run_id)
-    assert costs["root_cause_ms"] <= costs["step_ms"] * 1.001
+    assert costs["root_cause_ms"] <= costs["step_ms"] * 1.001, [(f["kind"], f["rank"], f["cost_ms_per_step"]) for f in found.values()]
     assert not [f for f in stored_findings(control, control_id)
                 if f["kind"] == "dataloader_stall" and f["cost_pct"] > 5]
 

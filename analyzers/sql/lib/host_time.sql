@@ -8,9 +8,9 @@
 -- annotations (ProfilerStep ranges excluded: they cover the whole step), runtime and driver
 -- calls, and the profiler's own overhead spans. python_function frames (with_stack) are not
 -- among them: they are the Python whose time this file measures.
--- Columns: rank, kind, name, start_ns, end_ns
+-- Columns: rank, pid, tid, kind, name, start_ns, end_ns
 CREATE OR REPLACE MACRO traced_host_spans(run) AS TABLE
-SELECT rank, kind, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
+SELECT rank, pid, tid, kind, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
 FROM events
 WHERE run_id = run AND dur_ns > 0
   AND (kind IN ('cpu_op', 'runtime', 'driver')
@@ -21,8 +21,9 @@ WHERE run_id = run AND dur_ns > 0
 -- untraced_host_time(run, min_hole_ns): the stretches of a rank's steps (host clock) in which no
 -- traced_host_spans span was open on any thread, each at least min_hole_ns long (shorter holes
 -- are the dispatcher's and the profiler's own few microseconds between ops). A user annotation
--- over library_threshold('UNTRACED_WRAPPER_STEP_SHARE') of a step or more wraps the loop body
--- (record_function("train_step")) and covers nothing: the Python inside it still counts.
+-- on the training thread (main_threads) over library_threshold('UNTRACED_WRAPPER_STEP_SHARE') of a
+-- step or more wraps the loop body (record_function("train_step")) and covers nothing: the Python
+-- inside it still counts.
 -- Columns:
 --   rank, step        the step whose window holds the hole's start
 --   start_ns, end_ns, dur_ns
@@ -41,9 +42,14 @@ WITH windows AS MATERIALIZED (
 ), bounds AS (
     SELECT grp, min(start_ns) AS lo, max(end_ns) AS hi, count(DISTINCT step) AS n_steps FROM windows GROUP BY grp
 ), annotations AS (
-    SELECT rank AS grp, start_ns, end_ns FROM traced_host_spans(run) WHERE kind = 'user_annotation'
+    -- on the training thread only: another thread's long span (a gloo collective waiting for a
+    -- late rank) is time accounted for, no wrapper
+    SELECT t.rank AS grp, t.start_ns, t.end_ns
+    FROM traced_host_spans(run) t
+    JOIN main_threads(run) m ON m.rank = t.rank AND m.pid IS NOT DISTINCT FROM t.pid AND m.tid IS NOT DISTINCT FROM t.tid
+    WHERE t.kind = 'user_annotation'
 ), wrappers AS (
-    -- annotations over most of a step: the loop body's, which cover nothing
+    -- the training thread's annotations over most of a step: the loop body's, which cover nothing
     SELECT DISTINCT a.grp, a.start_ns, a.end_ns
     FROM annotations a JOIN windows w ON w.grp = a.grp AND a.start_ns < w.end_ns AND a.end_ns > w.start_ns
     WHERE least(a.end_ns, w.end_ns) - greatest(a.start_ns, w.start_ns)
