@@ -58,15 +58,13 @@ def syn():
     con.close()
 
 
-def _steps_with_a_hole(hole_in: set[int], n_steps: int = 4, wrapper: str | None = None) -> list[dict]:
+def _steps_with_a_hole(hole_in: set[int], n_steps: int = 4) -> list[dict]:
     """n 10 ms steps: a kernel, then the CPU 2 ms outside every op (in the steps in hole_in) or in
-    an op, then the launch of the next kernel; wrapper: a user annotation around the loop body."""
+    an op, then the launch of the next kernel."""
     rows = []
     for i in range(n_steps):
         t = i * 10000
         rows += [ev("user_annotation", f"ProfilerStep#{i + 1}", t, t + 10000)]
-        if wrapper:
-            rows += [ev("user_annotation", wrapper, t + 5, t + 9990)]
         rows += launch(10 * i + 1, t + 10, t + 15, t + 20, t + 1000)
         rows += [ev("cpu_op", "aten::add", t + 15, t + 1000)]
         if i not in hole_in:
@@ -94,21 +92,6 @@ def test_a_recurring_hole_outside_every_op_is_untraced_host_time(hole_in, cause)
         assert f.cost_ns == pytest.approx(2_010_000 * len(hole_in) / 4)   # the GPU idle, per step
     else:
         assert "untraced_host_time" not in kinds
-
-
-@pytest.mark.parametrize("annotation,found", [("train_step", True), ("tokenize", False)])
-def test_an_annotation_around_the_loop_body_hides_no_python(annotation, found):
-    # record_function("train_step") around the whole body names the step: the hole inside it is
-    # still untraced Python; an annotation around the hole itself ("tokenize") names that work
-    rows = _steps_with_a_hole({0, 1, 2, 3}, wrapper="train_step" if annotation == "train_step" else None)
-    if annotation == "tokenize":
-        rows += [ev("user_annotation", "tokenize", i * 10000 + 1000, i * 10000 + 3000) for i in range(4)]
-    con = hand_written_store(rows)
-    try:
-        findings, _ = run_analyses(con, "syn")
-    finally:
-        con.close()
-    assert ("untraced_host_time" in {f.kind for f in findings}) == found
 
 
 def test_the_autograd_engines_set_up_before_backward_is_no_untraced_python():

@@ -95,9 +95,6 @@ DATALOADER_MIN_PCT = 5.0
 UNTRACED_MIN_HOLE_NS = 1_000_000
 # The holes must cost at least this share of the step (as DATALOADER_MIN_PCT).
 UNTRACED_MIN_PCT = 5.0
-# A user annotation over at least this share of a step (record_function("train_step") around the
-# whole loop body) names the step, not a piece of work in it: the Python inside it still counts.
-UNTRACED_WRAPPER_STEP_SHARE = 0.9
 
 # --- distributed (analyses/rank_imbalance, comm_exposed) ---------------------------------
 # Work spread (max - mean) / mean across ranks, %, above which the straggler's own extra work
@@ -170,7 +167,7 @@ START_UP_ITERATION_MEDIANS = 2.0
 TINY_COPY_MAX_BYTES = 65_536
 # The thresholds the SQL library reads through library_threshold(name).
 SQL_LIBRARY_THRESHOLDS = ("INFERRED_STEP_MIN_REPEATS", "INFERRED_STEP_MIN_SPREAD_FRACTION", "START_UP_ITERATION_MEDIANS",
-                          "TINY_COPY_MAX_BYTES", "UNTRACED_MIN_HOLE_NS", "UNTRACED_WRAPPER_STEP_SHARE")
+                          "TINY_COPY_MAX_BYTES", "UNTRACED_MIN_HOLE_NS")
 
 # --- FP32 matmuls (analyses/fp32_matmul) -------------------------------------------------------
 # How much faster tensor cores run the same matmul, x: NVIDIA's peak ratios of tensor-core to

@@ -20,10 +20,7 @@ WHERE run_id = run AND dur_ns > 0
 
 -- untraced_host_time(run, min_hole_ns): the stretches of a rank's steps (host clock) in which no
 -- traced_host_spans span was open on any thread, each at least min_hole_ns long (shorter holes
--- are the dispatcher's and the profiler's own few microseconds between ops). A user annotation
--- on the training thread (main_threads) over library_threshold('UNTRACED_WRAPPER_STEP_SHARE') of a
--- step or more wraps the loop body (record_function("train_step")) and covers nothing: the Python
--- inside it still counts.
+-- are the dispatcher's and the profiler's own few microseconds between ops).
 -- Columns:
 --   rank, step        the step whose window holds the hole's start
 --   start_ns, end_ns, dur_ns
@@ -41,25 +38,10 @@ WITH windows AS MATERIALIZED (
     SELECT rank AS grp, step, start_ns, end_ns FROM steps(run)
 ), bounds AS (
     SELECT grp, min(start_ns) AS lo, max(end_ns) AS hi, count(DISTINCT step) AS n_steps FROM windows GROUP BY grp
-), annotations AS (
-    -- on the training thread only: another thread's long span (a gloo collective waiting for a
-    -- late rank) is time accounted for, no wrapper
-    SELECT t.rank AS grp, t.start_ns, t.end_ns
-    FROM traced_host_spans(run) t
-    JOIN main_threads(run) m ON m.rank = t.rank AND m.pid IS NOT DISTINCT FROM t.pid AND m.tid IS NOT DISTINCT FROM t.tid
-    WHERE t.kind = 'user_annotation'
-), wrappers AS (
-    -- the training thread's annotations over most of a step: the loop body's, which cover nothing
-    SELECT DISTINCT a.grp, a.start_ns, a.end_ns
-    FROM annotations a JOIN windows w ON w.grp = a.grp AND a.start_ns < w.end_ns AND a.end_ns > w.start_ns
-    WHERE least(a.end_ns, w.end_ns) - greatest(a.start_ns, w.start_ns)
-          >= library_threshold('UNTRACED_WRAPPER_STEP_SHARE') * (w.end_ns - w.start_ns)
 ), spans AS MATERIALIZED (
     -- only what overlaps the rank's steps
     SELECT t.rank AS grp, t.name, t.start_ns, t.end_ns
     FROM traced_host_spans(run) t JOIN bounds b ON b.grp = t.rank AND t.end_ns > b.lo AND t.start_ns < b.hi
-    ANTI JOIN wrappers x ON t.kind = 'user_annotation' AND x.grp = t.rank AND x.start_ns = t.start_ns
-                            AND x.end_ns = t.end_ns
 ), holes AS MATERIALIZED (
     SELECT grp, start_ns, end_ns, dur_ns FROM interval_subtract('windows', 'spans') WHERE dur_ns >= min_hole_ns
 ), edge_names AS (
