@@ -698,7 +698,7 @@ def op_perf(con: duckdb.DuckDBPyConnection, run_id: str, limit: int | None = TOP
 
 
 _KERNEL_PERF_SQL = """SELECT name, tflops, tbps, occupancy_pct, blocks_per_sm, warps_per_sm, registers_per_thread,
-                            shared_memory_bytes FROM kernel_perf($run_id)"""
+                            shared_memory_bytes FROM kernel_perf($run_id) ORDER BY name"""
 
 
 def _plain(value: Any) -> Any:
