@@ -623,9 +623,14 @@ def _view_params(run_id: str, window: tuple[int, int] | None, rank: int | None, 
             "tc_ops": list(thresholds.TENSOR_CORE_ELIGIBLE_OPS)}
 
 
-def _whole_run_view(window: tuple[int, int] | None, rank: int | None, step: int | None, by_rank: bool) -> bool:
-    """The page's default view: the whole run, all ranks summed (what PAGE_DEFAULTS stores)."""
-    return window is None and rank is None and step is None and not by_rank
+def _stored_whole_run(con: duckdb.DuckDBPyConnection, run_id: str, name: str, window: tuple[int, int] | None,
+                      rank: int | None, step: int | None, by_rank: bool, limit: int | None) -> pd.DataFrame | None:
+    """The stored table `name` for the page's default view (the whole run, all ranks summed: what
+    PAGE_DEFAULTS stores), its first `limit` rows; None for any other view or when none is stored."""
+    if window is not None or rank is not None or step is not None or by_rank:
+        return None
+    stored = page_defaults.read(con, run_id, name)
+    return None if stored is None else _first(stored, limit)
 
 
 def _first(frame: pd.DataFrame, limit: int | None) -> pd.DataFrame:
@@ -644,10 +649,9 @@ def top_ops(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, int]
     window time), gpu_self_ms, gpu_total_ms, tc_pct (share of gpu_total on tensor cores; NULL
     without GPU work), tensor_core_eligible, window_ms.
     """
-    if _whole_run_view(window, rank, step, by_rank):
-        stored = page_defaults.read(con, run_id, "top_ops")
-        if stored is not None:
-            return _first(stored, limit)
+    stored = _stored_whole_run(con, run_id, "top_ops", window, rank, step, by_rank, limit)
+    if stored is not None:
+        return stored
     return _frame(con, """
         SELECT rank, name, calls, total_ns / 1e6 AS total_ms, self_ns / 1e6 AS self_ms, mean_ns / 1e6 AS mean_ms,
                self_pct, total_pct, gpu_self_ns / 1e6 AS gpu_self_ms, gpu_total_ns / 1e6 AS gpu_total_ms,
@@ -669,10 +673,9 @@ def top_kernels(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, 
     step_pct (of the step / window time), tensor_core, fp32_cuda_core (a matmul that could use
     tensor cores and does not), family and dtype (lib/kernel_taxonomy.sql), busy_ms, window_ms.
     """
-    if _whole_run_view(window, rank, step, by_rank):
-        stored = page_defaults.read(con, run_id, "top_kernels")
-        if stored is not None:
-            return _first(stored, limit)
+    stored = _stored_whole_run(con, run_id, "top_kernels", window, rank, step, by_rank, limit)
+    if stored is not None:
+        return stored
     return _frame(con, """
         SELECT rank, name, category, calls, total_ns / 1e6 AS total_ms, mean_ns / 1e6 AS mean_ms,
                min_ns / 1e6 AS min_ms, max_ns / 1e6 AS max_ms, streams, busy_pct, step_pct, tensor_core,
@@ -732,10 +735,9 @@ def top_modules(con: duckdb.DuckDBPyConnection, run_id: str, window: tuple[int, 
     ranges; metrics/operators.sql module_summary), by total time; empty when the trace has neither.
     Columns: rank, path, name, source ('module' | 'annotation'), depth, calls, total_ms, gpu_total_ms,
     total_pct, window_ms."""
-    if _whole_run_view(window, rank, step, by_rank):
-        stored = page_defaults.read(con, run_id, "top_modules")
-        if stored is not None:
-            return _first(stored, limit)
+    stored = _stored_whole_run(con, run_id, "top_modules", window, rank, step, by_rank, limit)
+    if stored is not None:
+        return stored
     params = _view_params(run_id, window, rank, step)
     return _frame(con, """
         SELECT rank, path, name, source, depth, calls, total_ns / 1e6 AS total_ms, gpu_total_ns / 1e6 AS gpu_total_ms,

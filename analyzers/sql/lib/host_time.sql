@@ -8,9 +8,9 @@
 -- annotations (ProfilerStep ranges excluded: they cover the whole step), runtime and driver
 -- calls, and the profiler's own overhead spans. python_function frames (with_stack) are not
 -- among them: they are the Python whose time this file measures.
--- Columns: rank, pid, tid, kind, name, start_ns, end_ns
+-- Columns: rank, name, start_ns, end_ns
 CREATE OR REPLACE MACRO traced_host_spans(run) AS TABLE
-SELECT rank, pid, tid, kind, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
+SELECT rank, name, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns
 FROM events
 WHERE run_id = run AND dur_ns > 0
   AND (kind IN ('cpu_op', 'runtime', 'driver')
