@@ -91,10 +91,10 @@ with right:
             st.markdown(f"{ui.severity(finding['severity'])} **{ui.kind_title(finding['kind'])}** — "
                         f"{cost_text} ({share_text})")
             st.caption(ui.md(ui.where(finding, origin)))
-    if found and costs and costs.get("step_ms"):
+    if found and costs and costs.get("saves_at_most_pct") is not None:
         step_word = "step" if cpu_only else "host step"
         st.markdown(f"Fixing all of these saves at most **{costs['saves_at_most_ms']:,.2f} ms/step** "
-                    f"({100 * costs['saves_at_most_ms'] / costs['step_ms']:.1f} % of the {costs['step_ms']:,.2f} ms "
+                    f"({costs['saves_at_most_pct']:.1f} % of the {costs['step_ms']:,.2f} ms "
                     f"{step_word}): each cause counted once, consequences not added.")
     if costs and costs.get("unexplained_idle_ms") is not None:
         st.markdown(f"GPU idle, cause not identified: **{costs['unexplained_idle_ms']:,.2f} ms/step** "
