@@ -135,7 +135,8 @@ if len(summary):
                                                          help="communication and memory kernels"),
         "comm_time_ms": st.column_config.NumberColumn("comm / step", format="%.2f ms"),
         "comm_overlap_pct": st.column_config.NumberColumn("comm overlapped", format="%.1f %%",
-                                                          help="% of communication time compute kernels overlap"),
+                                                          help="% of the rank's whole communication time (the whole trace, as HTA counts it) that "
+                                                               "compute kernels overlap; a comm_exposed finding's overlap counts inside the steps only"),
         "h2d_time_ms": st.column_config.NumberColumn("H2D copies / step", format="%.2f ms"),
     })
 st.subheader("Rank files")
