@@ -34,7 +34,7 @@ st.markdown(f"Workload: **{workload}**" + (f" ({ui.md(engine)})" if engine else 
 unit = (costs or {}).get("step_unit") or {}
 if workload == "inference" and unit.get("count"):
     st.markdown(f"Steps: **{unit['count']} {ui.md(unit['unit'])}{'s' if unit['count'] != 1 else ''}**"
-                + (f" (`{ui.md(unit['marker'])}`)" if unit.get("marker") else " (ProfilerStep#N)")
+                + (f" ({ui.md(unit['marker'])})" if unit.get("marker") else " (ProfilerStep#N)")
                 + (f" · phases: {ui.md(', '.join(f'{n} {phase}' for phase, n in unit['phases'].items()))}"
                    if unit.get("phases") else ""),
                 help="an inference run's step is its engine's iteration where the trace shows one (a range that "
