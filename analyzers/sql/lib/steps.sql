@@ -210,12 +210,13 @@ CREATE OR REPLACE MACRO step_phase_of(name) AS
 --   'engine_step'  ranges named as the engine's iteration (is_engine_step_name): all of them at the
 --                  shallowest depth they occur at, together (a prefill and the decodes after it
 --                  are one loop)
---   'repeated_op'  a range that recurs at one depth (its name), its occurrences covering at least
---                  ENGINE_ITERATION_MIN_COVERAGE of the rank's profiled window (its ProfilerSteps,
---                  else its first top-level range's start to its last one's end): the model's
---                  forward per iteration (a torch.compile region, a CUDA-graph replay, a module's
---                  forward annotated); of several, the shallowest, then the most covering, then the
---                  rarest. aten:: ops are one operator of a forward, never an iteration.
+--   'repeated_op'  on a rank with ProfilerSteps, a range inside them that recurs at one depth (its
+--                  name), its occurrences covering at least ENGINE_ITERATION_MIN_COVERAGE of the
+--                  ProfilerSteps' time: the model's forward per iteration (a torch.compile region, a
+--                  CUDA-graph replay, a module's forward annotated); of several, the shallowest,
+--                  then the most covering, then the rarest. aten:: ops are one operator of a forward,
+--                  never an iteration. (A rank without ProfilerSteps has inferred_steps' recurring
+--                  top-level op, with its start-up rule.)
 -- Either must occur at least INFERRED_STEP_MIN_REPEATS times, its occurrences must not overlap, and
 -- it must occur more often than the rank's ProfilerSteps (where each ProfilerStep holds one
 -- iteration, the ProfilerStep is the iteration already and stays). Nothing recurring: no rows (the
@@ -242,18 +243,15 @@ WITH main AS MATERIALIZED (
     SELECT h.*, d.depth
     FROM event_depth('thread_ranges') d JOIN host h ON h.id = d.id
 ), windows AS (
-    -- the profiled window a recurring range must cover most of, and the ProfilerSteps it must outnumber
-    SELECT n.rank,
-           coalesce(any_value(p.steps_ns), max(n.end_ns) FILTER (WHERE n.depth = 0)
-                                           - min(n.start_ns) FILTER (WHERE n.depth = 0)) AS window_ns,
-           coalesce(any_value(p.n_steps), 0) AS n_profiler_steps
+    -- the ProfilerSteps' time a recurring range must cover most of, and their number it must outnumber
+    SELECT n.rank, any_value(p.steps_ns) AS window_ns, coalesce(any_value(p.n_steps), 0) AS n_profiler_steps
     FROM nested n LEFT JOIN (SELECT rank, sum(dur_ns) AS steps_ns, count(*) AS n_steps
                              FROM profiler_steps(run) GROUP BY rank) p ON p.rank = n.rank
     GROUP BY n.rank
 ), repeated AS (
     SELECT n.rank, n.depth, n.name
     FROM nested n JOIN windows w ON w.rank = n.rank
-    WHERE NOT starts_with(n.name, 'aten::') AND NOT is_profiler_step(n.name) AND NOT is_engine_step_name(n.name)
+    WHERE w.n_profiler_steps > 0 AND NOT starts_with(n.name, 'aten::') AND NOT is_profiler_step(n.name) AND NOT is_engine_step_name(n.name)
     GROUP BY n.rank, n.depth, n.name, w.window_ns
     HAVING count(*) >= library_threshold('INFERRED_STEP_MIN_REPEATS')
        AND sum(n.end_ns - n.start_ns) >= library_threshold('ENGINE_ITERATION_MIN_COVERAGE') * w.window_ns
