@@ -134,8 +134,8 @@ def step_unit_facts(con: duckdb.DuckDBPyConnection, run_id: str, workload: Mappi
     if not rows:
         return {"unit": "step", "source": None, "marker": None, "count": 0, "mean_step_ms": None,
                 "phases": {}, "ranks_alike": 0,
-                "note": "Steps: none; no range recurs through the trace to mark the engine's iterations, so costs "
-                        "are per whole trace." if inference else None}
+                "note": "Steps: none (no ProfilerStep#N ranges, and nothing recurs to mark the engine's iterations "
+                        "or infer a loop's): costs are per whole trace." if inference else None}
     _, source, marker, count, mean_ns, prefill, decode, mixed = rows[0]
     alike = sum(1 for row in rows if row[1] == source)
     phases = {"prefill": prefill, "decode": decode, "mixed": mixed, "unknown": count - prefill - decode - mixed}
@@ -153,7 +153,7 @@ def step_unit_facts(con: duckdb.DuckDBPyConnection, run_id: str, workload: Mappi
     where = f"rank {rows[0][0]}" + (f" and {alike - 1} more alike" if alike > 1 else "")
     if source.startswith("engine:"):
         how = ("ranges named as the engine's iteration, e.g. " if source == "engine:step"
-               else "the range that recurs through the profiled window, ")
+               else "the range that recurs through the ProfilerSteps, ")
         facts["note"] = (f"Steps: {unit}s ({how}{clip(marker, 60)!r}; {count} of them on {where}, "
                          f"{mean_ns / 1e6:.2f} ms each on average; phases: {said_phases}). Each runs from one "
                          f"occurrence's start to the next one's; per-step figures are per {unit}, and time "
@@ -161,7 +161,7 @@ def step_unit_facts(con: duckdb.DuckDBPyConnection, run_id: str, workload: Mappi
     else:
         what = "ProfilerStep#N ranges" if source == "profiler_step" else "iterations inferred where the trace repeats"
         facts["note"] = (f"Steps: {what} ({count} on {where}; phases: {said_phases}): no range on the main thread "
-                         "recurs more often than the ProfilerSteps through the profiled window (an engine's "
+                         "recurs more often than the ProfilerSteps and through most of them (an engine's "
                          "execute_model / run_batch / decode ranges, a compiled region, a forward) to mark the "
                          "engine's iterations, so each of these is a step.")
     return facts
