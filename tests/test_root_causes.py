@@ -71,13 +71,18 @@ def _gloo_rank(rank: int, world_size: int, port: int, out_dir: str, slow_rank: i
     from torch.utils.data import DataLoader, Dataset
 
     class Batches(Dataset):
+        # batches made up front: the control's fetch is then an index (~0.03 ms), which a loaded
+        # host's preemptions cannot stretch to 5% of the step the way they stretch a random draw
+        def __init__(self) -> None:
+            self.batches = torch.randn(64, 32, 256, generator=torch.Generator().manual_seed(rank))
+
         def __len__(self) -> int:
-            return 64
+            return len(self.batches)
 
         def __getitem__(self, index: int):
             if rank == slow_rank:
                 time.sleep(LOADER_SLEEP_S)      # the planted cause: this rank's loader is slow
-            return torch.randn(32, 256, generator=torch.Generator().manual_seed(index))
+            return self.batches[index]
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.manual_seed(0)
