@@ -31,6 +31,15 @@ st.markdown(f"Workload: **{workload}**" + (f" ({ui.md(engine)})" if engine else 
             help="from what the trace records (analyzers/sql/lib/workload.sql): backward and optimizer ops mean "
                  "training; a serving engine on the Python stack, inference-named ranges, or model ops run "
                  "forward only mean inference")
+unit = (costs or {}).get("step_unit") or {}
+if workload == "inference" and unit.get("count"):
+    st.markdown(f"Steps: **{unit['count']} {ui.md(unit['unit'])}{'s' if unit['count'] != 1 else ''}**"
+                + (f" ({ui.md(unit['marker'])})" if unit.get("marker") else " (ProfilerStep#N)")
+                + (f" · phases: {ui.md(', '.join(f'{n} {phase}' for phase, n in unit['phases'].items()))}"
+                   if unit.get("phases") else ""),
+                help="an inference run's step is its engine's iteration where the trace shows one (a range that "
+                     "recurs through the profiled window on the main thread: analyzers/sql/lib/steps.sql "
+                     "engine_iterations); per-step figures are per this unit")
 
 per_rank = state.rank_breakdown(state.db_path(), run_id)
 summary = state.rank_summary(state.db_path(), run_id)
