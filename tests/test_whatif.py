@@ -55,6 +55,19 @@ def test_no_prediction_above_the_measured_step(reports):
         assert set(run["order"]) == {f["id"] for f in report["findings"] if f["whatif"] is not None}
 
 
+def test_no_prediction_below_the_gpu_work_of_a_step(shared_traces):
+    # xDiT's denoising steps: the host launches ~150 ms of GPU work per step and never waits inside
+    # a step; with its launches made free the host would step in ~1 ms, but the GPU still has to
+    # run that work: the predicted step cannot be shorter than the GPU work per step
+    report = analyze_paths([str(shared_traces / "modern" / "inference__xdit_sd_3.5__profile_trace_rank_0.json.gz")])
+    rank = report["ranks"][0]
+    gpu_work_ms = (rank["compute_pct"] + rank["non_compute_pct"]) / 100 * rank["step_time_ms"]
+    assert report["run"]["whatif"]["all_fixes_step_ms"] >= 0.9 * gpu_work_ms, (report["run"]["whatif"], gpu_work_ms)
+    for f in report["findings"]:
+        if f["whatif"] is not None:
+            assert f["whatif"]["step_ms_after"] >= 0.9 * gpu_work_ms, (f["id"], f["whatif"])
+
+
 def test_the_graph_built_beside_the_analysis_replays_like_one_built_alone(tmp_path):
     """analyze_run builds the graph while the analysis's views are cached; analyse_whatif on the
     stored run builds it from the events alone: the same run figures and predictions."""

@@ -39,6 +39,7 @@ class RankReplay:
     g_pred: np.ndarray
     g_coll_wait: np.ndarray          # time a collective waited for other ranks
     step_ns: np.ndarray              # replayed step durations
+    gpu_work_per_step_ns: float = 0.0   # the floor of the rank's mean step (_gpu_work_per_step)
 
 
 @dataclass
@@ -50,8 +51,13 @@ class RunReplay:
     notes: list[str] = field(default_factory=list)
 
     def mean_step_ns(self) -> float:
-        steps = [r.step_ns for r in self.ranks if len(r.step_ns)]
-        return float(np.mean(np.concatenate(steps))) if steps else 0.0
+        """The mean replayed step over the ranks' steps; a rank's mean is at least its GPU work per
+        step: over many steps a host that no longer waits still cannot outrun its GPU."""
+        ranks = [r for r in self.ranks if len(r.step_ns)]
+        if not ranks:
+            return 0.0
+        total = sum(max(float(np.mean(r.step_ns)), r.gpu_work_per_step_ns) * len(r.step_ns) for r in ranks)
+        return total / sum(len(r.step_ns) for r in ranks)
 
 
 def replay_run(run: RunGraph, start_arrival: np.ndarray | None = None) -> RunReplay:
@@ -226,7 +232,25 @@ def replay_rank(g: RankGraph, coll_arrival: np.ndarray):
     step_ns = h_end[g.step_end_node] - h_end[g.step_start_node]
     return RankReplay(rank=g.rank, h_start=h_start, h_end=h_end, h_pred_kind=h_pred_kind, h_pred=h_pred,
                       g_start=g_start, g_end=g_end, g_pred_kind=g_pred_kind, g_pred=g_pred,
-                      g_coll_wait=g_coll_wait, step_ns=step_ns), arrival
+                      g_coll_wait=g_coll_wait, step_ns=step_ns,
+                      gpu_work_per_step_ns=_gpu_work_per_step(g)), arrival
+
+
+def _gpu_work_per_step(g: RankGraph) -> float:
+    """The busiest stream's work (kernels, copies, collectives) launched inside the rank's steps,
+    per step: the launch queue fills, so the host's steps cannot be shorter than this on average."""
+    n_steps = len(g.step_start_node)
+    if not n_steps or not len(g.g_stream):
+        return 0.0
+    inside = np.zeros(g.n_host, dtype=bool)
+    for start, end in zip(g.step_start_node, g.step_end_node):
+        inside[start:end + 1] = True
+    counted = (g.g_launch >= 0) & (g.g_cat != G_WAIT)
+    counted[counted] = inside[g.g_launch[counted]]
+    if not counted.any():
+        return 0.0
+    _, stream = np.unique(g.g_stream[counted], return_inverse=True)
+    return float(np.bincount(stream, weights=g.g_dur[counted]).max()) / n_steps
 
 
 def _target(g: RankGraph, b: int, g_end, carry, last_op, stream_pos, coll_arrival, own_arrival):
