@@ -10,7 +10,7 @@ import torch
 from accel import registry
 from accel.kernels import allocator
 from accel.kernels.allocator import expandable_segments, keep_cache_warm, merge_alloc_conf
-from test_accel_demo import JSON_KEYS, _cli
+from tests.support.demos import JSON_KEYS, _cli
 
 CUDA = torch.cuda.is_available()
 CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")

@@ -6,11 +6,8 @@ that the fix did not change results, and that the JSON line keeps its contract.
 """
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,24 +15,11 @@ import torch
 
 from accel import demo, registry
 from accel.demos import DemoResult
+from tests.support.demos import JSON_KEYS, _cli, _profiler_steps
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CUDA = torch.cuda.is_available()
 ANALYZERS = importlib.util.find_spec("analyzers.api") is not None
-JSON_KEYS = {"fix", "device", "step_ms_before", "step_ms_after", "speedup", "finding_kind",
-             "cost_pct_before", "cost_pct_after", "skipped"}
-
-
-def _cli(*args: str, timeout: int = 60) -> tuple[int, list[str]]:
-    proc = subprocess.run([sys.executable, "-m", "accel.demo", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, proc.stdout.strip().splitlines()
-
-
-def _profiler_steps(trace: Path) -> list[str]:
-    with gzip.open(trace, "rt") as handle:
-        events = json.load(handle)["traceEvents"]
-    return sorted({e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")})
 
 
 def test_list_json_names_every_fix():

@@ -12,7 +12,7 @@ from accel import registry
 from accel.demos import amp_autocast, tf32_matmul
 from accel.kernels import precision
 from accel.kernels.precision import AmpStep, amp_dtype, enable_tf32, tf32, tf32_settings
-from test_accel_demo import JSON_KEYS, _cli, _profiler_steps
+from tests.support.demos import JSON_KEYS, _cli, _profiler_steps
 
 CUDA = torch.cuda.is_available()
 ON, OFF = True, False

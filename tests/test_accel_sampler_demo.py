@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib.util
 import json
 
-from test_accel_comm_demos import run_demo_cli
+from tests.support.demos import run_demo_cli
 
 ANALYZERS_READY = importlib.util.find_spec("analyzers.api") is not None
 

@@ -4,65 +4,22 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from analyzers.store.database import connect
-from test_app_helpers import AFTER_RUN, BEFORE_RUN, build_store
+from tests.support.app_store import AFTER_RUN, BEFORE_RUN
+from tests.support.app_pages import goto, hand_built, open_app, plain, texts  # noqa: F401 - fixture
+from tests.support.kineto_traces import _rank_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-HOME = str(REPO_ROOT / "app" / "Home.py")
 PAGES = ["views/overview.py", "views/findings.py", "views/timeline.py", "views/ranks.py",
          "views/communication.py", "views/compare.py", "views/report.py", "views/load.py", "views/runs.py",
          "views/gpus.py", "views/memory.py"]
-
-
-def open_app(monkeypatch, db: Path, samples: str = "none", run_id: str | None = None,
-             link: str | None = None) -> AppTest:
-    """The dashboard on store `db`, showing run_id, or opened from a link naming `link` (?run=)."""
-    monkeypatch.setenv("TRACEDOCTOR_DB", str(db))
-    monkeypatch.setenv("TRACEDOCTOR_SAMPLES", samples)
-    at = AppTest.from_file(HOME, default_timeout=120)
-    if run_id is not None:
-        at.session_state["run_id"] = run_id
-    if link is not None:
-        at.query_params["run"] = link
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def goto(at: AppTest, page: str) -> AppTest:
-    at.switch_page(page)
-    at.run()
-    assert not at.exception, (page, [e.value for e in at.exception])
-    return at
-
-
-def plain(markdown: str) -> str:
-    """What a reader sees of text escaped by app.ui.md (backslash escapes removed)."""
-    return re.sub(r"\\(.)", r"\1", markdown)
-
-
-def texts(at: AppTest) -> str:
-    """Everything a user reads on the page (markdown, captions, alerts, headers)."""
-    parts = []
-    for kind in ("markdown", "caption", "info", "warning", "error", "success", "subheader", "title"):
-        parts.extend(str(e.value) for e in getattr(at, kind))
-    return "\n".join(parts)
-
-
-@pytest.fixture()
-def hand_built(tmp_path, monkeypatch):
-    db = tmp_path / "store.duckdb"
-    build_store(db)
-    return db
 
 
 def test_every_page_renders_with_runs(hand_built, monkeypatch):
@@ -226,21 +183,6 @@ def test_gpu_page_says_plainly_when_there_is_no_nvidia_gpu(tmp_path, monkeypatch
         assert "No NVIDIA GPU here" in texts(at) or "not installed" in texts(at)
 
 
-def _rank_trace(rank: int, world: int) -> bytes:
-    """A minimal valid rank file: one step, one kernel launched from the host."""
-    base = 1_000_000
-    events = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1,
-         "ts": base, "dur": 1000},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-         "ts": base + 10, "dur": 5, "args": {"correlation": 7}},
-        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": base + 20, "dur": 400 + 100 * rank,
-         "args": {"device": 0, "stream": 7, "correlation": 7}},
-    ]
-    return json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": world},
-                       "traceEvents": events}).encode()
-
-
 def send_through_upload_route(ticket_id: str, files: list[tuple[str, bytes]], slice_bytes: int = 7) -> None:
     """Upload files as the page's browser component does: each in slices through the HTTP route."""
     import asyncio
@@ -385,7 +327,7 @@ def test_every_page_on_real_traces(trace, shared_traces, tmp_path, monkeypatch):
 
 
 def test_findings_beyond_the_third_are_folded(hand_built, monkeypatch):
-    from test_app_helpers import add_finding
+    from tests.support.app_store import add_finding
 
     con = connect(hand_built)
     for i, cost in enumerate((1.5, 1.0, 0.5)):
@@ -468,7 +410,7 @@ def test_a_click_waits_while_another_process_holds_the_store(hand_built, monkeyp
 
 def test_a_run_loaded_by_the_cli_ingest_is_analysed_when_opened(tmp_path, monkeypatch):
     """`python -m analyzers ingest` only loads; the Findings page must not call such a run clean."""
-    from test_cli import _trace
+    from tests.support.kineto_traces import _trace
 
     from analyzers.analysis.version import ANALYSIS_VERSION
     from analyzers.read.stored import analysis_is_current

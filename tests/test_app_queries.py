@@ -7,7 +7,7 @@ import pytest
 
 from analyzers.read import queries
 from analyzers.store.database import connect
-from test_app_helpers import AFTER_RUN, BEFORE_RUN, MS, add_event, fill_after_run, fill_before_run
+from tests.support.app_store import AFTER_RUN, BEFORE_RUN, MS, add_event, fill_after_run, fill_before_run
 
 
 @pytest.fixture()
@@ -168,7 +168,7 @@ def test_steps_move_onto_the_gpu_clock_through_their_launches():
     starts at its first launched activity and ends where step 2's starts; the last step ends where
     its host step does (its kernel ends earlier): no next step's work could start before that, and
     nothing says the GPU stayed idle longer."""
-    from test_app_helpers import add_run
+    from tests.support.app_store import add_run
 
     con = connect(":memory:")
     add_run(con, "lagging", "lagging", [0])

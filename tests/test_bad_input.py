@@ -8,33 +8,8 @@ import os
 import pytest
 
 from analyzers.ingest import Limits, ingest_paths
-from analyzers.store.database import connect
-from test_ingest_support import event, mixed_events, trace_text, write, write_tar_gz, write_zip
-
-
-@pytest.fixture()
-def con():
-    c = connect(":memory:")
-    yield c
-    c.close()
-
-
-@pytest.fixture()
-def good(tmp_path):
-    return write(tmp_path / "good" / "rank0.json", trace_text(mixed_events(), {"distributedInfo": {"rank": 0}}))
-
-
-def errors_by_file(res):
-    return {e.file: e.error for e in res.errors}
-
-
-def assert_plain(message: str):
-    assert message and "Traceback" not in message and "File \"" not in message
-    assert not message.startswith(("Invalid Input Error", "Conversion Error", "Exception"))
-
-
-def store_counts(con):
-    return tuple(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("runs", "ranks", "events"))
+from tests.support.ingest_traces import event, mixed_events, trace_text, write, write_tar_gz, write_zip
+from tests.support.ingest_traces import assert_plain, con, errors_by_file, good, store_counts  # noqa: F401 - fixtures
 
 
 BAD_DOCUMENTS = {

@@ -9,28 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.kineto_traces import _trace
 
 REPO = Path(__file__).resolve().parents[1]
-T0_US = 1_700_000_000_000_000  # epoch-scale microseconds, as Kineto writes them
-
-
-def _trace(rank: int, world_size: int, kernel_us: float, gap_us: float, steps: int = 3) -> dict:
-    """A small new-schema trace: per step a ProfilerStep, launches and kernels with fixed gaps."""
-    events, corr, t = [], 1000 * (rank + 1), float(T0_US)
-    for step in range(steps):
-        step_start = t
-        for _ in range(4):
-            corr += 1
-            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 10,
-                           "ts": t, "dur": 5.0, "args": {"correlation": corr, "External id": corr}})
-            events.append({"ph": "X", "cat": "kernel", "name": "void gemm_kernel<float>()", "pid": 0, "tid": 7,
-                           "ts": t + 10.0, "dur": kernel_us,
-                           "args": {"device": 0, "stream": 7, "correlation": corr, "External id": corr}})
-            t += 10.0 + kernel_us + gap_us
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 10, "tid": 10,
-                       "ts": step_start, "dur": t - step_start, "args": {}})
-    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
-            "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}], "traceEvents": events}
 
 
 def run_cli(*args: str, db: Path) -> subprocess.CompletedProcess:

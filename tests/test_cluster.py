@@ -23,8 +23,8 @@ from analyzers.ingest import ingest_jobs, ingest_paths
 from analyzers.read.report import build_report
 from analyzers.store.runs import delete_run, purge_run
 from analyzers.store.database import connect
-from tests.analysis_support import sample_run_paths, shared_trace_names
-from tests.conftest import REPO_ROOT
+from tests.support.analysis import sample_run_paths, shared_trace_names
+from tests.support.paths import REPO_ROOT
 
 SAMPLES = REPO_ROOT / "sample_traces"
 REPORT_KEYS = ("run", "ranks", "findings", "notes")
@@ -136,7 +136,7 @@ def test_a_rank_whose_worker_keeps_dying_fails_alone_and_leaves_no_temp(tmp_path
     named as failed, the other ranks are stored as the run, and the temp folders the dead workers
     wrote are gone when the ingest returns."""
     pytest.importorskip("distributed")
-    from tests.cluster_loss import DyingCluster
+    from tests.support.cluster_loss import DyingCluster
 
     scratch = tmp_path / "tmp"
     monkeypatch.setenv("TRACEDOCTOR_TMPDIR", str(scratch))    # before the workers start: they inherit it

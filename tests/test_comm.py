@@ -8,7 +8,7 @@ import pytest
 
 from analyzers.common import thresholds as th
 from analyzers.analysis.kinds import comm_exposed
-from analysis_support import ingest_clean, run_analysis
+from tests.support.analysis import ingest_clean, run_analysis
 from sample_traces.synthesize import Workload, synthesize
 
 EXPOSURE_THRESHOLDS = (th.COMM_SMALL_MESSAGE_BYTES, th.HOST_BLOCKED_MIN_NS)

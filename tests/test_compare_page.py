@@ -9,8 +9,8 @@ from streamlit.proto.Metric_pb2 import Metric
 
 from analyzers.store.database import connect
 from app.run_pairs import default_pair
-from test_app_helpers import AFTER_RUN, BEFORE_RUN, MS, add_event, add_run
-from test_app_pages import goto, hand_built, open_app, plain, texts  # noqa: F401  (hand_built is a fixture)
+from tests.support.app_store import AFTER_RUN, BEFORE_RUN, MS, add_event, add_run
+from tests.support.app_pages import goto, hand_built, open_app, plain, texts  # noqa: F401  (hand_built is a fixture)
 
 H100, V100 = "NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB"
 

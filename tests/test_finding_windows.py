@@ -3,43 +3,8 @@ cost, and every finding names a window, also when copies carry no byte count or 
 ProfilerSteps (planted traces with hand-computed answers)."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from analyzers.api import analyze_paths
-
-BASE_US = 1_000_000.0
-
-
-class Trace:
-    """A one-rank Kineto trace: steps, kernels/copies with their launch calls, collectives."""
-
-    def __init__(self, rank: int = 0, world: int = 1):
-        self.rank, self.world = rank, world
-        self.events: list[dict] = []
-        self.correlation = 100
-
-    def step(self, n: int, ts: float, dur: float) -> None:
-        self.events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1,
-                            "ts": BASE_US + ts, "dur": dur})
-
-    def gpu(self, name: str, ts: float, dur: float, cat: str = "kernel", stream: int = 7, launch_ts: float | None = None,
-            launch: str = "cudaLaunchKernel", **args) -> None:
-        self.correlation += 1
-        start = ts - 5 if launch_ts is None else launch_ts
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": launch, "pid": 1, "tid": 1,
-                            "ts": BASE_US + start, "dur": 2, "args": {"correlation": self.correlation}})
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": BASE_US + ts,
-                            "dur": dur, "args": {"device": 0, "stream": stream, "correlation": self.correlation,
-                                                 **args}})
-
-    def write(self, path: Path) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({
-            "schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
-            "distributedInfo": {"backend": "nccl", "rank": self.rank, "world_size": self.world},
-            "traceEvents": self.events}))
-        return path
+from tests.support.kineto_traces import BASE_US, Trace
 
 
 def findings(report: dict) -> dict[str, dict]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from analysis_support import hand_written_store
+from tests.support.analysis import hand_written_store
 from analyzers.read.fixes import computed_finding_contract
 from analyzers.analysis.kinds.fp32_matmul import short_name, tensor_cores, tf32_capable
 from analyzers.execution.pipeline import run_analyses
-from test_launch_gap import US, ev, launch
+from tests.support.events import US, ev, launch
 
 SIMT = ["volta_sgemm_128x64_nn",
         "void cudnn::detail::implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, true, true>(int)",
@@ -84,7 +84,7 @@ def test_short_names():
 
 
 def test_resnet50_on_v100_runs_its_convolutions_in_fp32(shared_traces):
-    from analysis_support import ingest_clean
+    from tests.support.analysis import ingest_clean
     con, run_id = ingest_clean([shared_traces / "resnet50_num_workers_4.json.gz"])
     findings, _ = run_analyses(con, run_id)
     [f] = [f for f in findings if f.kind == "fp32_matmul"]
@@ -99,7 +99,7 @@ def test_tensor_core_trace_reports_only_its_few_small_fp32_gemms(shared_traces):
     # nccl_allreduce_with_sizes: an A100 running its big GEMMs as TF32 tensor-op kernels (cutlass
     # s1688gemm, xmma tf32); a few small FP32 ones remain (a cuDNN scudnn convolution, ampere_sgemm,
     # a CUTLASS simt GEMM), 1.3% of compute time, far under the reporting bar
-    from analysis_support import ingest_clean
+    from tests.support.analysis import ingest_clean
     con, run_id = ingest_clean([shared_traces / "nccl_allreduce_with_sizes.json.gz"])
     assert not [f for f in run_analyses(con, run_id)[0] if f.kind == "fp32_matmul"]
     [f] = [f for f in run_analyses(con, run_id, {"MIN_FINDING_PCT": 0.0})[0] if f.kind == "fp32_matmul"]

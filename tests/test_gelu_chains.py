@@ -3,12 +3,10 @@ and the Triton fix ruled out (never offered first) on a trace without one."""
 from __future__ import annotations
 
 from accel import registry
-from analysis_support import hand_written_store
+from tests.support.analysis import hand_written_store
 from analyzers.execution.pipeline import analyze_run
-from test_launch_gap import synthetic_events
-
-GELU = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&)>"
-DROPOUT = "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>"
+from tests.support.events import synthetic_events
+from tests.support.events import DROPOUT, GELU
 
 
 def _launch_gap_metrics(renames: dict[int, str]) -> dict:

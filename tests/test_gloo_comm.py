@@ -27,7 +27,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from accel.demos.dist_common import RankWorkload, run_ranks  # noqa: E402
-from analysis_support import split_trace_by_variant  # noqa: E402
+from tests.support.analysis import split_trace_by_variant  # noqa: E402
 from analyzers.api import analyze_paths  # noqa: E402
 
 WORLD_SIZE = 2

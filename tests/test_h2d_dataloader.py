@@ -82,8 +82,8 @@ def test_h2d_copies_are_pageable_and_small_share(resnet):
 
 def test_cpu_only_rank_costs_the_loader_wait_itself():
     """No GPU: the cost is the time the loop waits in the DataLoader, per step (here 3 of 10 ms)."""
-    from analysis_support import hand_written_store
-    from test_launch_gap import LOADER, ev
+    from tests.support.analysis import hand_written_store
+    from tests.support.events import LOADER, ev
     rows = [ev("user_annotation", "ProfilerStep#1", 0, 10000), ev("user_annotation", "ProfilerStep#2", 10000, 20000),
             ev("cpu_op", LOADER, 100, 3100), ev("cpu_op", LOADER, 10100, 13100),
             ev("cpu_op", "aten::mm", 3100, 9950), ev("cpu_op", "aten::mm", 13100, 19950)]   # the step's compute

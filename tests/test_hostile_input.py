@@ -24,8 +24,8 @@ from analyzers.ingest import Limits, ingest_paths
 from analyzers.common import tempfiles
 from analyzers.ingest import sources
 from analyzers.store.database import connect, read_only_reason
-from test_bad_input import assert_plain, con, errors_by_file, good, store_counts  # noqa: F401 - fixtures
-from test_ingest_support import event, mixed_events, trace_text, write, write_tar_gz, write_zip
+from tests.support.ingest_traces import assert_plain, con, errors_by_file, good, store_counts  # noqa: F401 - fixtures
+from tests.support.ingest_traces import event, mixed_events, trace_text, write, write_tar_gz, write_zip
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -35,7 +35,7 @@ from analyzers.analysis.kinds import fp32_matmul
 from analyzers.analysis.context import build_context
 from sample_traces.synthesize import synthesize
 
-from analysis_support import ingest_clean
+from tests.support.analysis import ingest_clean
 
 # |inferred - profiled| may be REL_TOLERANCE of the profiled figure, or STEP_TOLERANCE of the
 # rank's mean step for figures that are a tiny part of it (a few microseconds of boundary offset)
@@ -325,10 +325,10 @@ def test_warm_up_launches_and_gelu_chains_are_no_steps():
     """A hand-written rank whose warm-up, before ProfilerStep#1, launches a bias add + GELU chain:
     per step, launch_gap counts the chains and launches of the two steps only (whole-trace counts
     gave 1.5 chains and 4 launches per step)."""
-    from analysis_support import hand_written_store
+    from tests.support.analysis import hand_written_store
     from analyzers.execution.pipeline import analyze_run
-    from test_gelu_chains import GELU
-    from test_launch_gap import ev, launch
+    from tests.support.events import GELU
+    from tests.support.events import ev, launch
 
     bias_add = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
     rows = [ev("user_annotation", "ProfilerStep#1", 1000, 2000), ev("user_annotation", "ProfilerStep#2", 2000, 3000)]

@@ -19,8 +19,8 @@ from analyzers.read.queries import findings as stored_findings
 from analyzers.sql.engine import ensure_loaded
 from analyzers.store.database import connect
 
-from analysis_support import hand_written_store, ingest_clean
-from test_metrics_intervals import ev, insert_events
+from tests.support.analysis import hand_written_store, ingest_clean
+from tests.support.event_table import ev, insert_events
 
 ITERATIONS = 24            # loop iterations per workload: the first is start-up, no step
 LOADER_SLEEP_S = 0.05      # the planted slow __getitem__ (one sample per batch)

@@ -11,7 +11,7 @@ from analyzers.ingest import run_writer as ingest_core
 from analyzers.ingest import parse as ingest_parse
 from analyzers.ingest.layout import scan_layout
 from analyzers.store.database import connect
-from test_ingest_support import (EPOCH_TS, EPOCH_TS_NS, EXPECTED_MIXED_KINDS, event, mixed_events,
+from tests.support.ingest_traces import (EPOCH_TS, EPOCH_TS_NS, EXPECTED_MIXED_KINDS, event, mixed_events,
                                  old_schema_events, trace_text, write, write_tar_gz, write_zip)
 
 

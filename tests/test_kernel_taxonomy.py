@@ -8,7 +8,7 @@ import pytest
 from analyzers.sql.engine import ensure_loaded
 from analyzers.store.database import connect
 from analyzers.common import thresholds
-from tests.analysis_support import hand_written_store, ingest_clean
+from tests.support.analysis import hand_written_store, ingest_clean
 
 # name -> (family, dtype, tensor/matrix core, communication)
 NAMES = {

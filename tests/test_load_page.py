@@ -10,7 +10,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from analyzers.store.database import connect
-from test_app_helpers import BEFORE_RUN, build_store
+from tests.support.app_store import BEFORE_RUN, build_store
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOME = str(REPO_ROOT / "app" / "Home.py")

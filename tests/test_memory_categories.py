@@ -9,7 +9,7 @@ from analyzers.ingest import ingest_paths
 from analyzers.read.memory_queries import categories_at_peak, rank_memory
 from analyzers.store.database import connect
 
-from memory_jobs import run_optimizer_job
+from tests.support.memory_jobs import run_optimizer_job
 
 pytest.importorskip("torch")
 

@@ -8,8 +8,8 @@ from streamlit.testing.v1 import AppTest
 
 from analyzers.api import ingest_and_analyze
 from analyzers.store.database import connect
-from test_app_pages import HOME, goto, texts
-from test_memory import _gpu_trace, _snapshot
+from tests.support.app_pages import HOME, goto, texts
+from tests.support.memory_inputs import _gpu_trace, _snapshot
 
 
 def test_memory_page_shows_curves_peak_ops_and_the_oom(tmp_path, monkeypatch):

@@ -2,13 +2,13 @@
 per-run views of analyzers/sql/lib on hand-written events."""
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
 
 from analyzers.sql.engine import ensure_loaded
 from analyzers.store.database import connect
+from tests.support.event_table import ev, insert_events
 
 
 @pytest.fixture()
@@ -97,21 +97,6 @@ def test_macros_accept_cte_names(con):
 
 
 # --- analyzers/sql/lib on hand-written events -------------------------------------------------------
-
-EVENT_COLS = ("run_id", "rank", "kind", "cat", "ph", "name", "ts_ns", "dur_ns", "pid", "tid", "device",
-              "stream", "correlation", "external_id", "bytes", "args")
-
-
-def insert_events(con, rows):
-    con.executemany(f"INSERT INTO events ({', '.join(EVENT_COLS)}) VALUES ({', '.join('?' * len(EVENT_COLS))})",
-                    [[r.get(c) if c != "args" else json.dumps(r.get("args", {})) for c in EVENT_COLS]
-                     for r in rows])
-
-
-def ev(kind, name, ts, dur, **kw):
-    row = {"run_id": "r", "rank": 0, "kind": kind, "cat": kind, "ph": "X", "name": name, "ts_ns": ts, "dur_ns": dur}
-    row.update(kw)
-    return row
 
 
 def test_views_classify_and_join(con):

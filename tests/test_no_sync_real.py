@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 
 from accel.demos.dist_common import run_ranks  # noqa: E402
 from accel.demos.dist_no_sync_accumulation import CONFIG  # noqa: E402
-from analysis_support import assert_report_costs_within_the_step  # noqa: E402
+from tests.support.analysis import assert_report_costs_within_the_step  # noqa: E402
 from analyzers.api import analyze_paths  # noqa: E402
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from analyzers.execution.pipeline import analyze_run
 from analyzers.ingest import ingest_paths
 from analyzers.read.report import build_report
 from analyzers.store.database import connect
-from tests.analysis_support import shared_trace_runs
+from tests.support.analysis import shared_trace_runs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOME = str(REPO_ROOT / "app" / "Home.py")

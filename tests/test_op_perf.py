@@ -10,7 +10,7 @@ import pytest
 
 from analyzers.cli import main
 from analyzers.read.queries import op_perf
-from tests.analysis_support import hand_written_store, ingest_clean
+from tests.support.analysis import hand_written_store, ingest_clean
 
 PAIR = {"h100": "h100__Falconsai_nsfw_image_detection__1016002.json.gz",
         "mi300": "mi300__Falconsai_nsfw_image_detection__1016002.json.gz"}

@@ -10,8 +10,8 @@ from streamlit import dataframe_util
 
 from analyzers.store.database import connect
 from app import ui
-from test_app_helpers import AFTER_RUN, BEFORE_RUN
-from test_app_pages import goto, hand_built, open_app  # noqa: F401  (hand_built is a fixture)
+from tests.support.app_store import AFTER_RUN, BEFORE_RUN
+from tests.support.app_pages import goto, hand_built, open_app  # noqa: F401  (hand_built is a fixture)
 
 PAGES = ["views/overview.py", "views/ranks.py", "views/communication.py", "views/compare.py"]
 

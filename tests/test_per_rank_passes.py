@@ -13,8 +13,8 @@ from analyzers.read.fixes import computed_finding_contract
 from analyzers.ingest import ingest_paths
 from analyzers.sql.engine import VIEW_THRESHOLDS, ACROSS_RANK_VIEWS, RANK_VIEWS, ensure_loaded, run_cache
 from analyzers.store.database import connect
-from tests.analysis_support import sample_run_paths, shared_trace_names
-from tests.conftest import REPO_ROOT
+from tests.support.analysis import sample_run_paths, shared_trace_names
+from tests.support.paths import REPO_ROOT
 
 SAMPLES = REPO_ROOT / "sample_traces"
 BENCH_RUN = REPO_ROOT / "bench" / "data" / "8x128mb"     # bench/ingest.py makes it; absent in a fresh checkout

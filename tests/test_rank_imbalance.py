@@ -8,7 +8,7 @@ import pytest
 
 from analyzers.common import thresholds as th
 from analyzers.analysis.kinds import rank_imbalance
-from analysis_support import ingest_clean, run_analysis
+from tests.support.analysis import ingest_clean, run_analysis
 from analyzers.analysis.context import build_context
 from sample_traces.synthesize import synthesize
 

@@ -30,7 +30,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from accel.demos.dist_common import RankWorkload, run_ranks  # noqa: E402
-from analysis_support import assert_report_costs_within_the_step  # noqa: E402
+from tests.support.analysis import assert_report_costs_within_the_step  # noqa: E402
 from analyzers.api import analyze_paths  # noqa: E402
 
 WIDTH, LAYERS, BATCH = 256, 3, 16

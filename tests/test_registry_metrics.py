@@ -184,7 +184,7 @@ def test_a_late_all_reduce_is_split_only_while_communication_is_serialised():
 
 @pytest.mark.parametrize("sample", ["synthetic_all", "synthetic_fp32_matmul", "synthetic_allocator_churn"])
 def test_every_sample_finding_gets_a_verdict_from_metrics_its_kind_declares(sample):
-    from analysis_support import ingest_clean
+    from tests.support.analysis import ingest_clean
 
     con, run_id = ingest_clean([REPO_ROOT / "sample_traces" / sample])
     findings, _ = run_analyses(con, run_id)

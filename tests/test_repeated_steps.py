@@ -4,7 +4,7 @@ times cover every session in between (the bench generator's 1 GB trace: 3 "steps
 from __future__ import annotations
 
 from analyzers.api import analyze_paths
-from test_finding_windows import Trace
+from tests.support.kineto_traces import Trace
 
 
 def _two_sessions(tmp_path, restart: bool):

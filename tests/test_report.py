@@ -14,8 +14,8 @@ from analyzers.read.report import build_report, render_html, render_markdown
 from analyzers.store.runs import set_mark
 from analyzers.store.database import connect
 
-from analysis_support import hand_written_store
-from test_launch_gap import synthetic_events
+from tests.support.analysis import hand_written_store
+from tests.support.events import synthetic_events
 
 EVIL = '<script>alert("x")</script>|**bold**'
 RUN_KEYS = {"run_id", "name", "world_size", "ranks", "files", "start_us",   # start_us: additive, for "ms into the trace"

@@ -10,7 +10,7 @@ from analyzers.ingest import ingest_paths
 from analyzers.execution.pipeline import analyze_run
 from analyzers.read.queries import operator_diff
 from analyzers.store.database import connect
-from test_app_pages import goto, open_app, texts
+from tests.support.app_pages import goto, open_app, texts
 
 PAIR = ("h100__Falconsai_nsfw_image_detection__1016002.json.gz", "mi300__Falconsai_nsfw_image_detection__1016002.json.gz")
 

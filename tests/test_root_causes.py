@@ -18,7 +18,7 @@ from analyzers.read.queries import findings as stored_findings
 from analyzers.read.queries import run_costs as stored_costs
 from analyzers.analysis.root_causes import group_across_ranks, link_consequences, run_costs
 from analyzers.store.database import connect
-from tests.analysis_support import shared_trace_runs
+from tests.support.analysis import shared_trace_runs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = REPO_ROOT / "sample_traces" / "manifest.json"

@@ -11,7 +11,7 @@ from analyzers.store import runs
 from analyzers.ingest import ingest_paths
 from analyzers.read.queries import export_window_trace
 from analyzers.store.database import connect
-from test_cli import _trace
+from tests.support.kineto_traces import _trace
 
 
 @pytest.fixture()

@@ -8,8 +8,8 @@ import pytest
 from analyzers.read.fixes import computed_finding_contract
 from analyzers.execution.pipeline import run_analyses
 from analyzers.store.database import connect
-from analysis_support import hand_written_store
-from test_launch_gap import US, ev, launch
+from tests.support.analysis import hand_written_store
+from tests.support.events import US, ev, launch
 
 MS = 1000  # µs per millisecond
 
@@ -152,7 +152,7 @@ def test_warm_resnet_has_no_runtime_stall(real):
 
 
 def test_allocator_fix_is_ruled_out_for_start_up_and_the_report_says_why(shared_traces):
-    from analysis_support import ingest_clean
+    from tests.support.analysis import ingest_clean
     from analyzers.execution.pipeline import analyze_run
     from analyzers.read.report import build_report, render_html, render_markdown
     con, run_id = ingest_clean([shared_traces / "alexnet_single_gpu.json.gz"])

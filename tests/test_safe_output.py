@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from analyzers.common.safe_text import clip, csv_cell, html_text, markdown_cell, markdown_text, terminal_safe
-from test_cli import REPO, _trace
+from tests.support.kineto_traces import _trace
+from tests.support.paths import REPO_ROOT as REPO
 
 ESC_CLEAR = "\x1b[2J"
 OSC52_CLIPBOARD = "\x1b]52;c;ZWNobyBoaQ==\x07"    # writes "echo hi" to the clipboard of the terminal

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from accel.demos.dist_common import free_port, leave_rank_process
-from analysis_support import ingest_clean
+from tests.support.analysis import ingest_clean
 from analyzers.analysis.kinds import rank_imbalance
 from analyzers.analysis.context import build_context
 

@@ -19,7 +19,7 @@ from analyzers.ingest.layout import LayoutError, scan_layout
 from analyzers.ingest.parse import join_parts
 from analyzers.ingest.sources import _range_bytes
 from analyzers.store.database import connect
-from test_ingest_support import event, mixed_events, trace_text, write, write_tar_gz, write_zip
+from tests.support.ingest_traces import event, mixed_events, trace_text, write, write_tar_gz, write_zip
 
 NESTED_ARGS = {"Input Dims": [[1, 2]], "nested": [{"a": 1}, {"b": [{}, {}]}], "text": "}, {\"ph\": 1}"}
 

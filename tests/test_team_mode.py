@@ -19,8 +19,9 @@ from streamlit.testing.v1 import AppTest
 from analyzers.common.safe_text import page_markdown as md
 from analyzers.store.database import connect
 from app import auth, data_root, uploads
-from test_app_helpers import AFTER_RUN, BEFORE_RUN, build_store
-from test_app_pages import HOME, _rank_trace, goto, open_app, plain, texts
+from tests.support.app_store import AFTER_RUN, BEFORE_RUN, build_store
+from tests.support.app_pages import HOME, goto, open_app, plain, texts
+from tests.support.kineto_traces import _rank_trace
 
 VIEWER_TOKEN_USER, MAINTAINER_TOKEN_USER = "vera", "max"
 

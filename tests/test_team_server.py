@@ -19,7 +19,7 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.sync.client import connect as ws_connect
 
-from tests.conftest import wait_for_dashboard
+from tests.support.app_server import wait_for_dashboard
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = REPO_ROOT / "sample_traces" / "cpu_dataloader_tuning_after"

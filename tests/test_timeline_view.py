@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 from analyzers.read import queries
 from analyzers.store.database import connect
 from app import charts
-from test_app_helpers import MS, add_event, add_finding, add_run
+from tests.support.app_store import MS, add_event, add_finding, add_run
 
 US = 1_000  # ns
 RUN = "run_timeline_01"

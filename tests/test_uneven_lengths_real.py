@@ -29,7 +29,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from accel.demos.dist_common import RankWorkload, run_ranks  # noqa: E402
-from analysis_support import split_trace_by_variant  # noqa: E402
+from tests.support.analysis import split_trace_by_variant  # noqa: E402
 from analyzers.analysis.kinds import rank_imbalance  # noqa: E402
 from analyzers.analysis.context import build_context  # noqa: E402
 from analyzers.ingest import ingest_paths  # noqa: E402

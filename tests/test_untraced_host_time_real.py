@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from analysis_support import assert_report_costs_within_the_step  # noqa: E402
+from tests.support.analysis import assert_report_costs_within_the_step  # noqa: E402
 from analyzers.api import analyze_paths  # noqa: E402
 
 BATCH, SENTENCE_WORDS, VOCAB_SIZE = 32, 300, 3000

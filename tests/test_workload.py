@@ -10,7 +10,7 @@ from accel import registry
 from accel.serving import capture_sizes, serving_graph_settings
 from analyzers.api import analyze_paths
 from analyzers.read.fixes import unmet_needs, workload_mismatch
-from tests.analysis_support import hand_written_store
+from tests.support.analysis import hand_written_store
 
 TRAINING_ONLY = {fix.id for fix in registry.FIXES.values() if set(fix.workloads) == {"training"}}
 

@@ -1,4 +1,4 @@
-"""Small trace writers shared by the ingest tests (no tests here).
+"""Small trace writers shared by the ingest tests, and their store fixtures (con, good).
 
 Traces are written as text, not through json.dumps of floats, so timestamps keep exactly the
 digits a profiler writes (e.g. 1712195495519695.812).
@@ -11,6 +11,10 @@ import json
 import tarfile
 import zipfile
 from pathlib import Path
+
+import pytest
+
+from analyzers.store.database import connect
 
 EPOCH_TS = "1712195495519695.812"          # epoch µs with ns digits: float64 would give ...695.75
 EPOCH_TS_NS = 1712195495519695812
@@ -132,3 +136,28 @@ def old_schema_events() -> list[str]:
         event("s", "async", "launch", pid=5, tid="1890023232", ts="1610366662254370", dur=None, id=31),
         event("f", "async", "launch", pid=0, tid="stream 7", ts="1610366662254380", dur=None, id=31, bp="e"),
     ]
+
+
+def errors_by_file(res):
+    return {e.file: e.error for e in res.errors}
+
+
+def assert_plain(message: str):
+    assert message and "Traceback" not in message and "File \"" not in message
+    assert not message.startswith(("Invalid Input Error", "Conversion Error", "Exception"))
+
+
+def store_counts(con):
+    return tuple(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("runs", "ranks", "events"))
+
+
+@pytest.fixture()
+def con():
+    c = connect(":memory:")
+    yield c
+    c.close()
+
+
+@pytest.fixture()
+def good(tmp_path):
+    return write(tmp_path / "good" / "rank0.json", trace_text(mixed_events(), {"distributedInfo": {"rank": 0}}))

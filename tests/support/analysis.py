@@ -9,12 +9,11 @@ from analyzers.analysis.context import build_context
 from analyzers.ingest import ingest_paths
 from analyzers.sql.engine import ensure_loaded
 from analyzers.store.database import connect
+from tests.support.paths import REPO_ROOT, SHARED_TRACES
 
 
 def sample_run_paths() -> list[Path]:
     """The first input of every sample run in sample_traces/manifest.json."""
-    from tests.conftest import REPO_ROOT
-
     samples = REPO_ROOT / "sample_traces"
     manifest = json.loads((samples / "manifest.json").read_text(encoding="utf-8"))
     return [samples / entry["paths"][0] for entry in manifest]
@@ -22,8 +21,6 @@ def sample_run_paths() -> list[Path]:
 
 def shared_trace_names() -> list[str]:
     """The real traces in ../shared/traces (single files, and the nccl2rank folder); [] without it."""
-    from tests.conftest import SHARED_TRACES
-
     names = sorted(p.name for p in SHARED_TRACES.glob("*.json.gz")) if SHARED_TRACES.is_dir() else []
     return names + (["nccl2rank"] if (SHARED_TRACES / "nccl2rank").is_dir() else [])
 
@@ -35,8 +32,6 @@ SHARED_FOLDERS_OF_RUNS = ("critical_path", "modern")
 
 def shared_trace_runs() -> list[list[Path]]:
     """Every real trace in ../shared/traces as the inputs of one run each; [] without it."""
-    from tests.conftest import SHARED_TRACES
-
     if not SHARED_TRACES.is_dir():
         return []
     runs = [[p] for p in sorted(SHARED_TRACES.glob("*.json.gz"))]
