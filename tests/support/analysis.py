@@ -51,6 +51,10 @@ def ingest_clean(paths):
     return con, result.run_id
 
 
+def by_kind(findings):
+    return {f.kind: f for f in findings}
+
+
 def run_analysis(module, con, run_id, **thresholds):
     """One analysis module's findings, with the framework's context (thresholds overridable)."""
     return module.find(con, run_id, build_context(con, run_id, thresholds or None))
