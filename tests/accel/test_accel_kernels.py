@@ -16,7 +16,7 @@ from accel.kernels.fused_optimizer import fuse_optimizer, implementation
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU; this machine has none")
-KERNEL_DEVICE = triton_fused.kernel_device()   # "cpu" under TRITON_INTERPRET=1 (tests/test_triton_interpreted.py)
+KERNEL_DEVICE = triton_fused.kernel_device()   # "cpu" under TRITON_INTERPRET=1 (tests/accel/test_triton_interpreted.py)
 needs_triton = pytest.mark.skipif(triton_fused.available() is not None,
                                   reason=f"fused Triton kernel cannot run here: {triton_fused.available()}")
 

@@ -1,5 +1,5 @@
 """accel.registry: the 21 fixes, their predicates over finding metrics, and the ranking.
-(tests/test_registry_metrics.py checks the registry against the metrics the analyses emit.)"""
+(tests/accel/test_registry_metrics.py checks the registry against the metrics the analyses emit.)"""
 from __future__ import annotations
 
 import importlib.util

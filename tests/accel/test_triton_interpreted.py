@@ -1,6 +1,6 @@
 """The fused Triton kernel's correctness tests, run on the CPU through Triton's interpreter.
 
-tests/test_accel_kernels.py checks the kernel (forward, backward, the regenerated dropout mask,
+tests/accel/test_accel_kernels.py checks the kernel (forward, backward, the regenerated dropout mask,
 gradcheck, bfloat16) against eager PyTorch in float64 on a GPU. triton.jit decides at import
 time whether kernels are compiled or interpreted, so on a machine without a GPU those tests run
 again here, in a child pytest with TRITON_INTERPRET=1: the same kernel code, executed by

@@ -1,4 +1,4 @@
-"""analyzers.read.queries on hand-built runs whose every number is known (see test_app_helpers)."""
+"""analyzers.read.queries on hand-built runs whose every number is known (see tests/support/app_store.py)."""
 from __future__ import annotations
 
 import json

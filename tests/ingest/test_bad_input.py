@@ -271,7 +271,7 @@ def test_temp_directory_is_made_or_named_when_unusable(con, tmp_path, good, monk
 def test_files_of_different_jobs_are_refused(con, tmp_path):
     one = write(tmp_path / "single" / "trace.json", trace_text([event()], {"distributedInfo": {"rank": 0, "world_size": 1}}))
     job = write(tmp_path / "job" / "rank1.json", trace_text([event()], {"distributedInfo": {"rank": 1, "world_size": 2}}))
-    res = ingest_paths(con, [one, job])   # ingest_jobs stores one run each (tests/test_ingest_jobs.py)
+    res = ingest_paths(con, [one, job])   # ingest_jobs stores one run each (tests/ingest/test_ingest_jobs.py)
     assert res.run_id is None
     assert "2 different jobs" in res.errors[0].error
     assert "trace (1 file, world size 1" in res.errors[0].error and "rank1 (1 file, world size 2" in res.errors[0].error

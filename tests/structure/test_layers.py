@@ -1,6 +1,7 @@
 """analyzers/ is layered (pyproject.toml [tool.importlinter]): each layer imports only those below it,
 no module imports itself back through others, the analysis never imports accel, app, dask or torch.
-A change that breaks a contract fails here, with lint-imports' report."""
+A change that breaks a contract fails here, with lint-imports' report. tests/ shares only through
+tests/support and conftest.py files: no test module imports another."""
 from __future__ import annotations
 
 import contextlib
@@ -120,4 +121,23 @@ def test_what_reads_figures_does_not_average_them():
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                         and node.func.attr in ("mean", "median", "fmean")):
                     offenders.append(f"{where} .{node.func.attr}()")
+    assert offenders == []
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in tests/support (helpers) and conftest.py files (fixtures): no module
+    under tests/ imports a test module (test_*), so moving or deleting one never breaks another."""
+    import ast
+
+    offenders = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""] + [alias.name for alias in node.names if node.level]
+            else:
+                continue
+            if any(part.startswith("test_") for module in modules for part in module.split(".")):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert offenders == []

@@ -1,5 +1,5 @@
 """A cluster whose worker dies (SIGKILL, as the OOM killer would) whenever it runs the task of
-one chosen file, after writing into its temp folder: tests/test_cluster.py. A module of its own so
+one chosen file, after writing into its temp folder: tests/cluster/test_cluster.py. A module of its own so
 that Dask's worker processes can import the task function."""
 from __future__ import annotations
 

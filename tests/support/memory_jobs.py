@@ -1,5 +1,5 @@
 """Small real CPU training jobs profiled with profile_memory=True, each with a planted memory
-problem or none (the control), for tests/test_memory.py. Each writes its Kineto trace and
+problem or none (the control), for tests/analyses/memory/test_memory.py. Each writes its Kineto trace and
 torch's own memory timeline (export_memory_timeline, its raw rows) and returns what torch says:
 the timeline's peak of memory allocated while profiling.
 """

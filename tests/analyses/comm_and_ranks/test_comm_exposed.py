@@ -130,7 +130,7 @@ def test_real_collectives_without_sizes(shared_traces):
 
 def test_cpu_only_gloo_rank_is_costed_by_its_blocked_training_thread(shared_traces):
     # rank 34 of a 300-rank gloo job: two all-reduces run on gloo threads through 179 ms of its
-    # 210 ms step while the training thread runs nothing (see tests/test_gloo_comm.py for the
+    # 210 ms step while the training thread runs nothing (see tests/real_jobs/test_gloo_comm.py for the
     # measure checked against step times)
     con, run_id = ingest_clean([shared_traces / "cpu_only_rank34.json.gz"])
     [finding] = _find(con, run_id)
