@@ -146,6 +146,8 @@ class RunCosts:
     workload: str = "unknown"
     engine: str | None = None
     workload_evidence: str = ""
+    # what its steps are (context.step_unit_facts): unit, source, marker, count, mean_step_ms, phases
+    step_unit: dict[str, Any] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=dict)   # the analysis' overrides of the defaults
     # the report's ranks table (metrics.rank_summary) computed from the analysis' cached views, stored
     # beside the findings (runs.rank_table): not part of the run-level figures

@@ -31,6 +31,15 @@ st.markdown(f"Workload: **{workload}**" + (f" ({ui.md(engine)})" if engine else 
             help="from what the trace records (analyzers/sql/lib/workload.sql): backward and optimizer ops mean "
                  "training; a serving engine on the Python stack, inference-named ranges, or model ops run "
                  "forward only mean inference")
+unit = (costs or {}).get("step_unit") or {}
+if workload == "inference" and unit.get("count"):
+    st.markdown(f"Steps: **{unit['count']} {ui.md(unit['unit'])}{'s' if unit['count'] != 1 else ''}**"
+                + (f" ({ui.md(unit['marker'])})" if unit.get("marker") else " (ProfilerStep#N)")
+                + (f" · phases: {ui.md(', '.join(f'{n} {phase}' for phase, n in unit['phases'].items()))}"
+                   if unit.get("phases") else ""),
+                help="an inference run's step is its engine's iteration where the trace shows one (a range that "
+                     "recurs through the profiled window on the main thread: analyzers/sql/lib/steps.sql "
+                     "engine_iterations); per-step figures are per this unit")
 
 per_rank = state.rank_breakdown(state.db_path(), run_id)
 summary = state.rank_summary(state.db_path(), run_id)
@@ -135,7 +144,8 @@ if len(summary):
                                                          help="communication and memory kernels"),
         "comm_time_ms": st.column_config.NumberColumn("comm / step", format="%.2f ms"),
         "comm_overlap_pct": st.column_config.NumberColumn("comm overlapped", format="%.1f %%",
-                                                          help="% of communication time compute kernels overlap"),
+                                                          help="% of the rank's whole communication time (the whole trace, as HTA counts it) that "
+                                                               "compute kernels overlap; a comm_exposed finding's overlap counts inside the steps only"),
         "h2d_time_ms": st.column_config.NumberColumn("H2D copies / step", format="%.2f ms"),
     })
 st.subheader("Rank files")

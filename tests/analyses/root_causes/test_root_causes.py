@@ -16,6 +16,7 @@ from analyzers.ingest import ingest_paths
 from analyzers.common.model import Finding
 from analyzers.read.queries import findings as stored_findings
 from analyzers.read.queries import run_costs as stored_costs
+from analyzers.read.queries import whatif as stored_whatif
 from analyzers.analysis.root_causes import group_across_ranks, link_consequences, run_costs
 from analyzers.store.database import connect
 from tests.support.analysis import shared_trace_runs
@@ -141,6 +142,9 @@ def test_slow_loader_on_one_rank_is_one_root_cause_with_the_straggler_linked(slo
     assert loader["rank"] == 1 and loader["ranks"] == [1]
     lost = _mean_host_step_ms(con, run_id) - _mean_host_step_ms(control, control_id)
     assert loader["cost_ms_per_step"] == pytest.approx(lost, rel=0.25)
+    # issue #26: the replay with the loader's wait gone predicts what the fast loader saves
+    predicted = stored_whatif(con, run_id)["findings"]["dataloader_stall"]
+    assert predicted["saving_ms"] == pytest.approx(lost, rel=0.25), (predicted, lost)
     if "rank_imbalance" in found:          # the other rank waits for it: named as its consequence
         assert found["rank_imbalance"]["caused_by"] == "dataloader_stall"
     costs = stored_costs(con, run_id)
