@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from analyzers.api import analyze_paths
-from tests.analysis_support import ingest_clean, sample_run_paths, shared_trace_runs
+from tests.support.analysis import ingest_clean, sample_run_paths, shared_trace_runs
 
 PROFILER_STEP_THREAD = "ProfilerStep#"
 
