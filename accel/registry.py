@@ -10,7 +10,7 @@ unit and source) and returns the plain reason the fix cannot help, or None. `Fix
   unknown     nothing rules it out, but a metric it needs is missing, None or unusable (the
               reason names it): a missing metric never counts as "applies".
 Each Fix lists in `reads` the metric keys it reads; they are keys the kinds it addresses emit
-(each analysis declares them in its SPEC.metric_keys, and tests/test_registry_metrics.py checks
+(each analysis declares them in its SPEC.metric_keys, and tests/accel/test_registry_metrics.py checks
 both sides). For a finding of one kind, only the keys that kind emits can leave it unknown.
 
 Ranking (`fixes_for`): fixes that apply first, then unknown ones, then those ruled out (kept: the
@@ -84,11 +84,11 @@ INSTALL_HINT = ('`pip install "tracedoctor @ git+URL"` (URL: where your team kee
                 'from a checkout, `pip install -e .`: it provides `accel` and never installs or replaces torch')
 
 # The longest line a snippet has, characters: the dashboard's code box shows this many at 1440 px
-# without scrolling (tests/test_fix_snippets.py checks every snippet).
+# without scrolling (tests/accel/test_fix_snippets.py checks every snippet).
 SNIPPET_LINE_WIDTH = 96
 
 # The names a snippet reads from the user's own training script, and what each stands for; every
-# other name a snippet reads it imports (tests/test_fix_snippets.py checks). `metrics` is filled
+# other name a snippet reads it imports (tests/accel/test_fix_snippets.py checks). `metrics` is filled
 # in from the finding by Fix.snippet_for.
 SNIPPET_PLACEHOLDERS: dict[str, str] = {
     "model": "your torch.nn.Module",

@@ -1,8 +1,4 @@
-"""Shared test fixtures.
-
-Real traces from public projects live in ../shared/traces beside the checkout (never copied into
-the project); tests that read them skip cleanly where that folder is absent.
-"""
+"""Fixtures every folder of tests/ uses, and the session's hooks. Helpers live in tests/support."""
 from __future__ import annotations
 
 import os
@@ -11,30 +7,9 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))    # the repository root: analyzers, accel, tests.support
 
-SHARED_TRACES = Path(os.environ.get("TRACEDOCTOR_SHARED_TRACES", REPO_ROOT.parent / "shared" / "traces"))
-
-
-def wait_for_dashboard(proc, base: str, log_path: Path, timeout_s: float = 60) -> None:
-    """Until a `streamlit run app/Home.py` started as proc answers its health route at base; the
-    test fails with the end of its log when it exits or does not answer in time (it is killed)."""
-    import time
-    import urllib.request
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"streamlit did not start: {log_path.read_text()[-2000:]}")
-        time.sleep(0.3)
+from tests.support.paths import SHARED_TRACES  # noqa: E402
 
 
 @pytest.fixture(scope="session")

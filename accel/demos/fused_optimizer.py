@@ -82,7 +82,7 @@ def _run(out_dir: Path, device: str, steps: int) -> DemoResult:
 
 def _same_result(device: str, n_steps: int = 5) -> bool:
     """Loop and fast optimizer give the same parameters: bitwise for foreach on CPU (see
-    tests/test_accel_kernels.py); fused CUDA kernels round differently, hence 1e-5 relative."""
+    tests/accel/test_accel_kernels.py); fused CUDA kernels round differently, hence 1e-5 relative."""
     params = []
     for fast in (False, True):
         model, opt, inputs = build(device)

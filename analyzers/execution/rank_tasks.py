@@ -16,7 +16,7 @@
    step 1), and the GPU kinds of every rank when some rank has steps and no GPU work (build_context).
 Each task opens its own cursor on its worker's in-memory DuckDB, which holds the SQL library
 (loaded once per worker) and the run's catalogue rows; tasks share nothing else. The findings
-equal those of the in-process pass (tests/test_cluster.py).
+equal those of the in-process pass (tests/cluster/test_cluster.py).
 """
 from __future__ import annotations
 

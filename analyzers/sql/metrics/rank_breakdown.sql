@@ -1,6 +1,6 @@
 -- requires: lib/intervals.sql lib/steps.sql lib/gpu_activity.sql lib/gpu_steps.sql lib/step_costs.sql lib/rank_balance.sql
 -- Per-rank figures, with Holistic Trace Analysis' definitions so that they can be
--- checked against HTA's own output (tests/test_hta_agreement.py).
+-- checked against HTA's own output (tests/cli_report/test_hta_agreement.py).
 
 
 -- rank_breakdown(run): one row per rank of the run (CPU-only ranks included, GPU columns NULL).
