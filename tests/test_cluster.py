@@ -1,7 +1,8 @@
 """Runs kept as Parquet partitions (analyzers/store/partitions.py), and their ingest and per-rank analyses
 as tasks on a Dask cluster (analyzers/cluster.py, analyzers/execution/rank_tasks.py).
 
-The report (run, ranks, findings, notes) of every sample run and real trace must be exactly that of
+The report (run, ranks, findings, notes) of the sweep's sample runs and real traces
+(tests/analysis_support.py SWEEP_SAMPLES, SWEEP_SHARED; every one with TRACEDOCTOR_FULL_SWEEP=1) must be exactly that of
 the embedded store: with the events as Parquet in a local folder, in fsspec's memory filesystem
 (object storage), and through `--cluster local:2`, the CLI's JSON included."""
 from __future__ import annotations
@@ -23,7 +24,8 @@ from analyzers.ingest import ingest_jobs, ingest_paths
 from analyzers.read.report import build_report
 from analyzers.store.runs import delete_run, purge_run
 from analyzers.store.database import connect
-from tests.analysis_support import sample_run_paths, shared_trace_names
+from tests.analysis_support import (SWEEP_SAMPLES, SWEEP_SHARED, sample_run_paths, shared_trace_names,
+                                    sweep_sample_paths, sweep_shared_trace_names)
 from tests.conftest import REPO_ROOT
 
 SAMPLES = REPO_ROOT / "sample_traces"
@@ -75,12 +77,19 @@ def _assert_layouts_agree(path: Path, tmp_path: Path, runner) -> None:
     assert sorted(os.listdir(tmp_path / "cluster-events")) == [f"run_id={embedded['run']['run_id']}"]
 
 
-@pytest.mark.parametrize("path", sample_run_paths(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sweep_sample_paths(), ids=lambda p: p.name)
 def test_sample_runs_agree_in_every_layout(path, tmp_path, local_cluster):
     _assert_layouts_agree(path, tmp_path, local_cluster)
 
 
-@pytest.mark.parametrize("name", shared_trace_names() or ["(none)"])
+def test_the_sweeps_cases_exist():
+    """A renamed sample run or trace must not drop out of the default sweep unnoticed."""
+    assert set(SWEEP_SAMPLES) <= {p.name for p in sample_run_paths()}
+    shared = shared_trace_names()
+    assert not shared or set(SWEEP_SHARED) <= set(shared)
+
+
+@pytest.mark.parametrize("name", sweep_shared_trace_names() or ["(none)"])
 def test_real_traces_agree_in_every_layout(shared_traces, name, tmp_path, local_cluster):
     _assert_layouts_agree(shared_traces / name, tmp_path, local_cluster)
 
