@@ -424,8 +424,8 @@ def test_samples_open_on_the_first_manifest_entry_and_cpu_runs_compare_plainly(s
                                                                               monkeypatch):
     opened_on, entries, _, by_name = samples_loaded
     assert opened_on == by_name[entries[0]["name"]]          # the session that loaded them
-    at = open_app(monkeypatch, samples_store, samples=str(SAMPLE_MANIFEST))
-    assert at.session_state["run_id"] == opened_on            # and a later one
+    at = open_app(monkeypatch, samples_store)
+    assert at.session_state["run_id"] == opened_on            # and a later one (the newest run)
 
     cpu_runs = [by_name[e["name"]] for e in entries if "CPU" in e["name"]][:2]
     assert len(cpu_runs) == 2
