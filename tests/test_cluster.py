@@ -32,19 +32,23 @@ SAMPLES = REPO_ROOT / "sample_traces"
 REPORT_KEYS = ("run", "ranks", "findings", "notes")
 
 
+def _report_in(con, path: Path, events_root: str | None = None, runner=None) -> dict:
+    result = ingest_paths(con, [str(path)], events_root=events_root, runner=runner)
+    assert result.run_id and not result.errors, result.errors
+    analyze_run(con, result.run_id, runner=runner)
+    report = build_report(con, result.run_id)
+    # the ranks table stored with the analysis (from its cached views) is the one computed afresh
+    assert stored_rank_table(con, result.run_id) is not None
+    # (each rank's `memory` figures are joined to that table in the report, from memory events)
+    ranks = [{k: v for k, v in rank.items() if k != "memory"} for rank in report["ranks"]]
+    assert _same(ranks, rank_summary(con, result.run_id))
+    return {key: report[key] for key in REPORT_KEYS}
+
+
 def _report(path: Path, events_root: str | None = None, runner=None, db: str = ":memory:") -> dict:
     con = connect(db)
     try:
-        result = ingest_paths(con, [str(path)], events_root=events_root, runner=runner)
-        assert result.run_id and not result.errors, result.errors
-        analyze_run(con, result.run_id, runner=runner)
-        report = build_report(con, result.run_id)
-        # the ranks table stored with the analysis (from its cached views) is the one computed afresh
-        assert stored_rank_table(con, result.run_id) is not None
-        # (each rank's `memory` figures are joined to that table in the report, from memory events)
-        ranks = [{k: v for k, v in rank.items() if k != "memory"} for rank in report["ranks"]]
-        assert _same(ranks, rank_summary(con, result.run_id))
-        return {key: report[key] for key in REPORT_KEYS}
+        return _report_in(con, path, events_root, runner)
     finally:
         con.close()
 
@@ -61,8 +65,8 @@ def _same(a: dict, b: dict) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def _assert_layouts_agree(path: Path, tmp_path: Path, runner) -> None:
-    embedded = _report(path)
+def _assert_layouts_agree(path: Path, tmp_path: Path, runner, store) -> None:
+    embedded = _report_in(store, path)
     folder = _report(path, str(tmp_path / "events"), InProcess(), db=str(tmp_path / "folder.duckdb"))
     assert _same(folder, embedded)
     on_cluster = _report(path, str(tmp_path / "cluster-events"), runner, db=str(tmp_path / "cluster.duckdb"))
@@ -78,8 +82,8 @@ def _assert_layouts_agree(path: Path, tmp_path: Path, runner) -> None:
 
 
 @pytest.mark.parametrize("path", sweep_sample_paths(), ids=lambda p: p.name)
-def test_sample_runs_agree_in_every_layout(path, tmp_path, local_cluster):
-    _assert_layouts_agree(path, tmp_path, local_cluster)
+def test_sample_runs_agree_in_every_layout(path, tmp_path, local_cluster, run_store):
+    _assert_layouts_agree(path, tmp_path, local_cluster, run_store)
 
 
 def test_the_sweeps_cases_exist():
@@ -90,8 +94,8 @@ def test_the_sweeps_cases_exist():
 
 
 @pytest.mark.parametrize("name", sweep_shared_trace_names() or ["(none)"])
-def test_real_traces_agree_in_every_layout(shared_traces, name, tmp_path, local_cluster):
-    _assert_layouts_agree(shared_traces / name, tmp_path, local_cluster)
+def test_real_traces_agree_in_every_layout(shared_traces, name, tmp_path, local_cluster, run_store):
+    _assert_layouts_agree(shared_traces / name, tmp_path, local_cluster, run_store)
 
 
 def test_object_storage_through_fsspec():
