@@ -84,9 +84,10 @@ def shared_trace_runs() -> list[list[Path]]:
     return runs
 
 
-def ingest_clean(paths):
-    """Ingest the files as one run into an in-memory store; they must all load without error."""
-    con = connect(":memory:")
+def ingest_clean(paths, store=None):
+    """Ingest the files as one run into `store` (a test's run_store), else a new in-memory store;
+    they must all load without error."""
+    con = connect(":memory:") if store is None else store
     result = ingest_paths(con, [str(p) for p in paths])
     assert result.run_id and not result.errors
     ensure_loaded(con)
