@@ -120,6 +120,21 @@ def test_prose_does_not_change_the_analysis_version(tmp_path):
     assert _without_prose(sql_a) == _without_prose(sql_b)
 
 
+def test_the_cached_analysis_version_follows_the_sources(tmp_path, monkeypatch):
+    from analyzers.analysis import version
+
+    source = tmp_path / "pkg" / "analysis" / "rule.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("LIMIT = 1\n")
+    monkeypatch.setattr(version, "_sources", lambda: (tmp_path / "pkg", [source]))
+    monkeypatch.setattr(version, "__file__", str(tmp_path / "pkg" / "analysis" / "version.py"))
+    first = version._cached_analysis_version()
+    assert first == version._analysis_version() and (source.parent / "__pycache__" / "analysis_version.json").exists()
+    assert version._cached_analysis_version() == first
+    source.write_text("LIMIT = 2\n")          # another size: the stat key changes, the hash is computed again
+    assert version._cached_analysis_version() == version._analysis_version() != first
+
+
 def test_a_store_that_holds_this_library_is_not_loaded_again(tmp_path, monkeypatch):
     db = tmp_path / "store.duckdb"
     first = connect(db)

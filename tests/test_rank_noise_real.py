@@ -1,8 +1,11 @@
 """rank_imbalance's noise floor and its periodic cause on real CPU DDP jobs (gloo on 127.0.0.1).
 
-Controls: 2 and 3 ranks doing identical work, five profiled runs each, while a busy-loop process
-competes for the cores: the ranks arrive at their all-reduces apart by the host's jitter, which
-is no imbalance. No rank_imbalance finding may reach 5% of the step in any run (issue #23).
+Controls: 2 and 3 ranks doing identical work, five profiled runs each, while busy loops compete
+for the ranks' CPUs, the same load on each rank (ranks and loops pinned where there is a CPU per
+rank; 3 ranks on 2 CPUs share them with one loop as the scheduler places them): the ranks arrive
+at their all-reduces apart by the host's jitter, which is no imbalance. No rank_imbalance finding
+may reach 5% of the step in any run (issue #23). A load on one rank only makes it a real
+straggler, which the straggler tests cover.
 
 Periodic: on a 2-rank job, rank 1 evaluates the model and saves a checkpoint (then a blocking
 upload, here a sleep) every second step.
@@ -12,8 +15,10 @@ step of the periodic variant minus its control's (mean, since only every other s
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
+import os
 import statistics
 import tempfile
 import time
@@ -47,9 +52,22 @@ def _model() -> tuple[Any, Any]:
     return model, torch.optim.SGD(model.parameters(), lr=0.001)
 
 
+def _pin_every_thread(cpu: int) -> None:
+    """Pin this process's threads (gloo's included) to one CPU; where the host refuses (a container
+    without the right), they stay where the scheduler puts them."""
+    for thread in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(thread), {cpu})
+        except OSError:
+            return
+
+
 def build(rank: int, world_size: int, variant: str, config: dict[str, Any]) -> RankWorkload:
     """A DDP step; in the "periodic-N" variants, rank EVAL_RANK also evaluates and checkpoints every
-    EVAL_EVERY-th step. Checks: the wall-clock ms of every step run."""
+    EVAL_EVERY-th step. With config["pin"], rank r runs on the r-th of _load_cpus(world_size).
+    Checks: the wall-clock ms of every step run."""
+    if config.get("pin") and _load_cpus(world_size):
+        _pin_every_thread(_load_cpus(world_size)[rank])
     model, optimizer = _model()
     checkpoint = Path(tempfile.mkdtemp()) / "checkpoint.pt"
     held_out = torch.randn(EVAL_BATCHES, 64, WIDTH, generator=torch.Generator().manual_seed(99))
@@ -73,9 +91,36 @@ def build(rank: int, world_size: int, variant: str, config: dict[str, Any]) -> R
     return RankWorkload(step=step, checks=lambda: {"step_ms": step_ms})
 
 
-def _busy_loop() -> None:
+def _load_cpus(world_size: int) -> list[int]:
+    """A CPU for each rank when the machine has as many; else none (the scheduler places them)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus[:world_size] if world_size <= len(cpus) else []
+
+
+def _busy_loop(cpu: int | None) -> None:
+    if cpu is not None:
+        _pin_every_thread(cpu)
     while True:
         pass
+
+
+@contextlib.contextmanager
+def _loaded_machine(world_size: int):
+    """A busy loop beside each rank, on the rank's own CPU: the same load on each rank (one loop
+    left to the scheduler can settle beside one rank and make it the straggler it then is). With
+    fewer CPUs than ranks no placement is even: one loop, the scheduler places it and the ranks."""
+    spawn = multiprocessing.get_context("spawn")
+    loops = [spawn.Process(target=_busy_loop, args=(cpu,), daemon=True) for cpu in _load_cpus(world_size)]
+    if not loops:
+        loops = [spawn.Process(target=_busy_loop, args=(None,), daemon=True)]
+    for loop in loops:
+        loop.start()
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.terminate()
+            loop.join()
 
 
 def _rank_imbalance(trace_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -87,14 +132,9 @@ def _rank_imbalance(trace_dir: Path) -> tuple[list[dict[str, Any]], dict[str, An
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_identical_work_on_a_loaded_machine_is_no_imbalance(tmp_path, world_size):
-    busy = multiprocessing.get_context("spawn").Process(target=_busy_loop, daemon=True)
-    busy.start()
-    try:
-        results = run_ranks(__name__, CONTROL_RUNS, world_size, tmp_path, 2, {"warmup": 2, "profile_steps": 10},
-                            timeout_s=400)
-    finally:
-        busy.terminate()
-        busy.join()
+    with _loaded_machine(world_size):
+        results = run_ranks(__name__, CONTROL_RUNS, world_size, tmp_path, 2,
+                            {"warmup": 2, "profile_steps": 10, "pin": True}, timeout_s=400)
     worst, summaries = [], []
     for run in CONTROL_RUNS:
         found, report = _rank_imbalance(results[run].trace_dir)

@@ -20,6 +20,7 @@ from test_launch_gap import synthetic_events
 EVIL = '<script>alert("x")</script>|**bold**'
 RUN_KEYS = {"run_id", "name", "world_size", "ranks", "files", "start_us",   # start_us: additive, for "ms into the trace"
             "workload", "engine", "workload_evidence",                    # additive: what the run does
+            "step_unit",                                                   # additive: what a step is
             "whatif"}                                                      # additive: the replayed what-if
 RANK_KEYS = {"rank", "steps", "step_time_ms", "idle_pct", "compute_pct", "non_compute_pct", "comm_time_ms",
              "comm_overlap_pct", "h2d_time_ms", "memory"}   # memory: additive, None without [memory] events

@@ -81,6 +81,24 @@ def test_the_known_exceptions_still_exist():
         assert any(re.search(p, SOURCES[name]) for p in DEFINITIONS[rule][1]), f"{name} no longer derives {rule}"
 
 
+# What a page may not do with a figure it read: make a percentage, a mean or another statistic of
+# it (the SQL library or the analysis defines those); unit conversions for display stay allowed.
+PAGE_ARITHMETIC = [r"\b100(?:\.0)?\s*\*", r"\*\s*100(?:\.0)?\b", r"\.(?:mean|median|std|var|quantile|average)\(",
+                   r"\bstatistics\.", r"\bnp\.(?:mean|median|average|percentile)\(", r"/\s*len\("]
+
+
+def test_pages_derive_no_figure_from_what_they_read():
+    found = sorted(f"{name}: {match.group(0)!r}" for name, code in SOURCES.items() if name.startswith("app/")
+                   for pattern in PAGE_ARITHMETIC for match in re.finditer(pattern, code))
+    assert not found, f"a page computes a figure: define it in analyzers/sql or the analysis instead: {found}"
+
+
+def test_the_page_arithmetic_rule_catches_what_it_names():
+    caught = ["share = 100 * a / b", "df['x'].mean()", "statistics.median(xs)", "total / len(rows)", "x * 100.0"]
+    assert all(any(re.search(p, line) for p in PAGE_ARITHMETIC) for line in caught)
+    assert not any(re.search(p, "(t1 - t0) / 1e6") for p in PAGE_ARITHMETIC)
+
+
 def test_tf32_kernels_are_the_sql_rule_not_a_python_name_pattern():
     assert not [p for p in thresholds.TENSOR_CORE_KERNEL_PATTERNS if "tf32" in p.lower()]
 

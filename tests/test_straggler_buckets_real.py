@@ -83,6 +83,21 @@ def test_straggler_cost_matches_the_loss_whatever_the_bucket_count(job, buckets)
         assert_report_costs_within_the_step(report)
 
 
+@pytest.mark.parametrize("buckets", list(BUCKET_CAP_MB))
+def test_the_what_if_predicts_what_balancing_saves(job, buckets):
+    # issue #26: the replay with the straggler's work set to the others' predicts the saving a
+    # balanced job measures (the control: the same job without the straggler's extra sleep)
+    straggler, control = job[f"straggler-b{buckets}"], job[f"control-b{buckets}"]
+    [finding] = [f for f in straggler["report"]["findings"] if f["kind"] == "rank_imbalance"]
+    saved_ms = straggler["step_ms"] - control["step_ms"]
+    predicted = finding["whatif"]
+    assert predicted is not None, finding["id"]
+    ratio = predicted["saving_ms"] / saved_ms
+    print(f"buckets={buckets} ({finding['metrics']['imbalance_source']}): predicted saving {predicted['saving_ms']:.2f} ms, measured {saved_ms:.2f} ms, "
+          f"ratio {ratio:.2f}")
+    assert RATIO_BOUNDS[0] <= ratio <= RATIO_BOUNDS[1], (ratio, predicted)
+
+
 def test_the_jobs_send_the_bucket_counts_they_claim(job):
     for buckets in BUCKET_CAP_MB:
         [comm] = [f for f in job[f"control-b{buckets}"]["report"]["findings"] if f["kind"] == "comm_exposed"] or [None]

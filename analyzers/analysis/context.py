@@ -39,6 +39,8 @@ class AnalysisContext:
     mean_step_ns: float | None = None   # the run's (metrics/rank_breakdown.sql run_mean_step)
     # what the run does (workload_facts): workload, engine, evidence, job_ranks
     workload: dict[str, Any] = field(default_factory=dict)
+    # what its steps are (step_unit_facts): unit ('step', 'decode step', 'iteration', ...), source, ...
+    step_unit: dict[str, Any] = field(default_factory=dict)
 
     @property
     def has_gpu(self) -> bool:
@@ -58,6 +60,9 @@ class AnalysisContext:
              t_end_ns: int | None = None) -> Finding:
         """A Finding with cost_pct and severity filled in from the shared rules."""
         pct = self.cost_pct(rank, cost_ns)
+        unit = self.step_unit.get("unit", "step")
+        if unit != "step":      # an inference run's iteration: its texts say what a step is there
+            summary = summary.replace(" per step", f" per {unit}")
         return Finding(finding_id=finding_id, kind=kind, severity=th.severity(pct, self.thresholds),
                        rank=rank, step=step, stream=stream, t_start_ns=t_start_ns, t_end_ns=t_end_ns,
                        cost_ns=int(round(cost_ns)), cost_pct=round(pct, 3),
@@ -99,7 +104,7 @@ def build_context(con: duckdb.DuckDBPyConnection, run_id: str,
     # ranks whose steps were inferred from a repeating marker (lib/steps.sql inferred_steps)
     inferred = {rank: InferredSteps(source, marker, count) for rank, source, marker, count in con.execute(
         "SELECT rank, any_value(source), any_value(marker), count(*) FROM steps(?) "
-        "WHERE source <> 'profiler_step' GROUP BY rank", [run_id]).fetchall()}
+        "WHERE starts_with(source, 'inferred:') GROUP BY rank", [run_id]).fetchall()}
     ctx.notes.extend(run_notes_from_ranks(ranks, left_out, inferred))
     ctx.workload = workload_facts(con, run_id)
     if ctx.workload["workload"] == "inference":
@@ -108,7 +113,58 @@ def build_context(con: duckdb.DuckDBPyConnection, run_id: str,
                          "step here is one iteration of its loop (a ProfilerStep: a forward pass, a decode or prefill "
                          "step, an engine step, a denoising pass), not a training step; fixes for training only are "
                          "ruled out.")
+    ctx.step_unit = step_unit_facts(con, run_id, ctx.workload)
+    if ctx.step_unit.get("note"):
+        ctx.notes.append(ctx.step_unit["note"])
     return ctx
+
+
+# Diffusion pipelines: their recurring forward is a denoising step.
+DIFFUSION_ENGINES = {"xdit", "diffusers"}
+
+
+def step_unit_facts(con: duckdb.DuckDBPyConnection, run_id: str, workload: Mapping[str, Any]) -> dict[str, Any]:
+    """What the run's steps are, from lib/steps.sql step_units (its lowest rank with steps; the
+    others counted alike or not): {unit, source, marker, count, mean_step_ms, phases, ranks_alike,
+    note}. unit is 'step' except on an inference run whose steps are its engine's iterations:
+    'decode step' / 'prefill step' (every step's phase), 'engine step' (both phases), 'denoising
+    step' (a diffusion pipeline), else 'iteration'. note: the Overview's words, on inference runs."""
+    rows = con.execute("SELECT * FROM step_units(?) ORDER BY rank", [run_id]).fetchall()
+    inference = workload.get("workload") == "inference"
+    if not rows:
+        return {"unit": "step", "source": None, "marker": None, "count": 0, "mean_step_ms": None,
+                "phases": {}, "ranks_alike": 0,
+                "note": "Steps: none (no ProfilerStep#N ranges, and nothing recurs to mark the engine's iterations "
+                        "or infer a loop's): costs are per whole trace." if inference else None}
+    _, source, marker, count, mean_ns, prefill, decode, mixed = rows[0]
+    alike = sum(1 for row in rows if row[1] == source)
+    phases = {"prefill": prefill, "decode": decode, "mixed": mixed, "unknown": count - prefill - decode - mixed}
+    unit = "step"
+    if source.startswith("engine:"):
+        unit = ("decode step" if decode == count else "prefill step" if prefill == count
+                else "engine step" if prefill or decode or mixed
+                else "denoising step" if workload.get("engine") in DIFFUSION_ENGINES else "iteration")
+    facts = {"unit": unit, "source": source, "marker": marker, "count": count,
+             "mean_step_ms": None if mean_ns is None else round(mean_ns / 1e6, 3),
+             "phases": {k: v for k, v in phases.items() if v}, "ranks_alike": alike, "note": None}
+    if not inference:
+        return facts
+    said_phases = ", ".join(f"{n} {phase}" for phase, n in facts["phases"].items())
+    where = f"rank {rows[0][0]}" + (f" and {alike - 1} more alike" if alike > 1 else "")
+    if source.startswith("engine:"):
+        how = ("ranges named as the engine's iteration, e.g. " if source == "engine:step"
+               else "the range that recurs through the ProfilerSteps, ")
+        facts["note"] = (f"Steps: {unit}s ({how}{clip(marker, 60)!r}; {count} of them on {where}, "
+                         f"{mean_ns / 1e6:.2f} ms each on average; phases: {said_phases}). Each runs from one "
+                         f"occurrence's start to the next one's; per-step figures are per {unit}, and time "
+                         "outside them (set-up, encoders, a VAE) is in no step.")
+    else:
+        what = "ProfilerStep#N ranges" if source == "profiler_step" else "iterations inferred where the trace repeats"
+        facts["note"] = (f"Steps: {what} ({count} on {where}; phases: {said_phases}): no range on the main thread "
+                         "recurs more often than the ProfilerSteps and through most of them (an engine's "
+                         "execute_model / run_batch / decode ranges, a compiled region, a forward) to mark the "
+                         "engine's iterations, so each of these is a step.")
+    return facts
 
 
 # Engines that serve requests (they own batching, CUDA graphs and compile settings): an inference run

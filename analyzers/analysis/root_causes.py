@@ -130,12 +130,13 @@ class RunCosts:
     step_ms: mean host ProfilerStep over ranks (the denominator of cost_pct);
     root_cause_ms: the summed costs of the findings that are not consequences;
     saves_at_most_ms: root_cause_ms capped at step_ms (fixing everything cannot save more than
-    the step); unexplained_idle_ms: GPU idle per step in gaps whose cause no finding reports
+    the step); saves_at_most_pct: that, in % of step_ms (None without steps); unexplained_idle_ms: GPU idle per step in gaps whose cause no finding reports
     (mean over GPU ranks; None without GPU activity)."""
     step_ms: float | None
     root_cause_ms: float
     saves_at_most_ms: float
     unexplained_idle_ms: float | None
+    saves_at_most_pct: float | None = None
     has_gpu: bool = True
     ranks: int = 1
     # the job's ranks where the trace declares more than the run holds (distributedInfo.world_size)
@@ -145,6 +146,8 @@ class RunCosts:
     workload: str = "unknown"
     engine: str | None = None
     workload_evidence: str = ""
+    # what its steps are (context.step_unit_facts): unit, source, marker, count, mean_step_ms, phases
+    step_unit: dict[str, Any] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=dict)   # the analysis' overrides of the defaults
     # the report's ranks table (metrics.rank_summary) computed from the analysis' cached views, stored
     # beside the findings (runs.rank_table): not part of the run-level figures
@@ -172,6 +175,8 @@ def run_costs(findings: list[Finding], step_ns: float | None, ranks: int,
             unexplained[rank] = unexplained.get(rank, 0.0) + row["idle_ns"] / max(steps_divisor.get(rank, 1), 1)
     gpu_ranks = {row["rank"] for row in gap_rows}
     unexplained_ms = (sum(unexplained.get(r, 0.0) for r in gpu_ranks) / len(gpu_ranks) / 1e6) if gpu_ranks else None
+    saves_ns = root if step_ns is None else min(root, step_ns)
     return RunCosts(step_ms=None if step_ns is None else step_ns / 1e6, root_cause_ms=root / 1e6,
-                    saves_at_most_ms=(root if step_ns is None else min(root, step_ns)) / 1e6,
+                    saves_at_most_ms=saves_ns / 1e6,
+                    saves_at_most_pct=100.0 * saves_ns / step_ns if step_ns else None,
                     unexplained_idle_ms=unexplained_ms, has_gpu=has_gpu, ranks=ranks)

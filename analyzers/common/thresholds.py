@@ -160,6 +160,11 @@ INFERRED_STEP_MIN_SPREAD_FRACTION = 0.9
 # Iterations right after the first that last over this many times the median are start-up
 # (first collectives connecting, allocator and autotuning warming up), not steady steps.
 START_UP_ITERATION_MEDIANS = 2.0
+# An inference run's recurring range is its engine's iteration only if its occurrences cover at
+# least this share of the rank's profiled window (lib/steps.sql engine_iterations): the loop, not a
+# layer's op (a forward's repeated layers each cover a fraction of it; xDiT's denoising steps
+# cover 83% of its ProfilerStep, the text encoders and VAE the rest).
+ENGINE_ITERATION_MIN_COVERAGE = 0.6
 # A blocking copy this small (bytes) is a host sync wherever it appears (lib/gaps.sql), never a
 # bandwidth problem (h2d_stall's achieved bandwidth leaves it out): its time is the fixed latency
 # of a launch plus a PCIe round trip (~5-10 us), not its bytes. NVIDIA's bandwidthTest
@@ -167,6 +172,7 @@ START_UP_ITERATION_MEDIANS = 2.0
 TINY_COPY_MAX_BYTES = 65_536
 # The thresholds the SQL library reads through library_threshold(name).
 SQL_LIBRARY_THRESHOLDS = ("INFERRED_STEP_MIN_REPEATS", "INFERRED_STEP_MIN_SPREAD_FRACTION", "START_UP_ITERATION_MEDIANS",
+                          "ENGINE_ITERATION_MIN_COVERAGE",
                           "TINY_COPY_MAX_BYTES", "UNTRACED_MIN_HOLE_NS")
 
 # --- FP32 matmuls (analyses/fp32_matmul) -------------------------------------------------------

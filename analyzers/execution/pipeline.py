@@ -175,7 +175,8 @@ def _finish(ctx: AnalysisContext, findings: list[Finding], results: list[PassRes
                   {r.rank: r.steps_divisor for r in ctx.ranks.values()}, ctx.has_gpu),
         thresholds={k: v for k, v in ctx.thresholds.items() if th.DEFAULTS.get(k) != v},
         job_ranks=ctx.workload.get("job_ranks"), workload=ctx.workload.get("workload", "unknown"),
-        engine=ctx.workload.get("engine"), workload_evidence=ctx.workload.get("evidence", ""))
+        engine=ctx.workload.get("engine"), workload_evidence=ctx.workload.get("evidence", ""),
+        step_unit={k: v for k, v in ctx.step_unit.items() if k != "note"})
     job_ranks, held = ctx.workload.get("job_ranks"), len(ctx.ranks)
     if job_ranks and job_ranks > held:   # some ranks of a larger job: say how much of it a finding covers
         for f in findings:

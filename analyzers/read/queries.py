@@ -390,7 +390,8 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str, raw: bool = False) -> 
 
 def run_costs(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
     """What the run's findings add up to (analyzers.analysis.root_causes.RunCosts, stored by its last
-    analysis): step_ms, root_cause_ms, saves_at_most_ms, unexplained_idle_ms; None when unknown."""
+    analysis): step_ms, root_cause_ms, saves_at_most_ms, saves_at_most_pct, unexplained_idle_ms; None when
+    unknown."""
     row = con.execute("SELECT analysis_summary::VARCHAR FROM runs WHERE run_id = $run_id", {"run_id": run_id}).fetchone()
     if row is None or row[0] is None:
         return None

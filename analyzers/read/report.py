@@ -65,6 +65,9 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, errors: Iterable[A
                 # training | inference | unknown (lib/workload.sql), the serving engine seen, why
                 "workload": workload["workload"], "engine": workload["engine"],
                 "workload_evidence": workload["evidence"],
+                # what a step is (lib/steps.sql step_units): 'step', or an inference run's 'decode step',
+                # 'iteration', ... with its source, recurring range, count, mean and phases
+                "step_unit": workload["step_unit"],
                 # the replayed step, after all fixes, the greedy order (analyzers/analysis/whatif); None: not replayed
                 "whatif": whatif.get("run")},
         "errors": error_list,
@@ -87,7 +90,7 @@ def _with_memory(rows: list[dict[str, Any]], memory: Mapping[int, dict[str, Any]
 
 
 def stored_workload(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
-    """{workload, engine, evidence} as the run's last analysis found them (runs.analysis_summary);
+    """{workload, engine, evidence, step_unit} as the run's last analysis found them (runs.analysis_summary);
     'unknown' for a run not analysed by a version that recorded it."""
     row = con.execute("SELECT analysis_summary::VARCHAR FROM runs WHERE run_id = ?", [run_id]).fetchone()
     try:
@@ -96,7 +99,8 @@ def stored_workload(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, An
         summary = {}
     summary = summary if isinstance(summary, dict) else {}
     return {"workload": summary.get("workload") or "unknown", "engine": summary.get("engine"),
-            "evidence": summary.get("workload_evidence") or ""}
+            "evidence": summary.get("workload_evidence") or "",
+            "step_unit": summary.get("step_unit") if isinstance(summary.get("step_unit"), dict) else None}
 
 
 # --- formatting helpers -----------------------------------------------------------------------

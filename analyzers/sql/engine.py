@@ -145,7 +145,7 @@ def ensure_loaded(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 # one-rank run, where the whole run's joins and sorts outgrow memory); RUN_FACTS (run-wide facts
 # those read) come before them and ACROSS_RANK_VIEWS (collectives matched across ranks, the
 # straggler) after them, both on the whole run.
-RUN_FACTS = ("profiler_step_names",)
+RUN_FACTS = ("profiler_step_names", "run_workload")
 RANK_VIEWS = ("steps", "sync_calls", "dataloader_spans", "untraced_host_time", "gpu_activity", "launches", "copies",
               "collectives", "rank_breakdown", "gpu_step_segments", "rank_step_costs", "rank_gpu_work", "memory_events", "memory_allocations")
 ACROSS_RANK_VIEWS = ("collective_instances", "rank_balance")

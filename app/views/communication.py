@@ -21,7 +21,7 @@ with left:
     with_comm = summary[summary["comm_overlap_pct"].notna()] if len(summary) else summary
     if len(with_comm):
         st.plotly_chart(charts.per_rank_bars(with_comm["comm_overlap_pct"], with_comm["rank"],
-                                             "Communication overlapped by compute (% of comm time)", unit="%"),
+                                             "Communication overlapped by compute (% of the whole trace's comm time, as HTA counts it)", unit="%"),
                         width="stretch", key="overlap")
 with right:
     # A rank x step grid rather than one line per rank: ranks with equal figures would draw on top

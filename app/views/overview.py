@@ -31,6 +31,15 @@ st.markdown(f"Workload: **{workload}**" + (f" ({ui.md(engine)})" if engine else 
             help="from what the trace records (analyzers/sql/lib/workload.sql): backward and optimizer ops mean "
                  "training; a serving engine on the Python stack, inference-named ranges, or model ops run "
                  "forward only mean inference")
+unit = (costs or {}).get("step_unit") or {}
+if workload == "inference" and unit.get("count"):
+    st.markdown(f"Steps: **{unit['count']} {ui.md(unit['unit'])}{'s' if unit['count'] != 1 else ''}**"
+                + (f" ({ui.md(unit['marker'])})" if unit.get("marker") else " (ProfilerStep#N)")
+                + (f" · phases: {ui.md(', '.join(f'{n} {phase}' for phase, n in unit['phases'].items()))}"
+                   if unit.get("phases") else ""),
+                help="an inference run's step is its engine's iteration where the trace shows one (a range that "
+                     "recurs through the profiled window on the main thread: analyzers/sql/lib/steps.sql "
+                     "engine_iterations); per-step figures are per this unit")
 
 per_rank = state.rank_breakdown(state.db_path(), run_id)
 summary = state.rank_summary(state.db_path(), run_id)
@@ -91,10 +100,10 @@ with right:
             st.markdown(f"{ui.severity(finding['severity'])} **{ui.kind_title(finding['kind'])}** — "
                         f"{cost_text} ({share_text})")
             st.caption(ui.md(ui.where(finding, origin)))
-    if found and costs and costs.get("step_ms"):
+    if found and costs and costs.get("saves_at_most_pct") is not None:
         step_word = "step" if cpu_only else "host step"
         st.markdown(f"Fixing all of these saves at most **{costs['saves_at_most_ms']:,.2f} ms/step** "
-                    f"({100 * costs['saves_at_most_ms'] / costs['step_ms']:.1f} % of the {costs['step_ms']:,.2f} ms "
+                    f"({costs['saves_at_most_pct']:.1f} % of the {costs['step_ms']:,.2f} ms "
                     f"{step_word}): each cause counted once, consequences not added.")
     if costs and costs.get("unexplained_idle_ms") is not None:
         st.markdown(f"GPU idle, cause not identified: **{costs['unexplained_idle_ms']:,.2f} ms/step** "
@@ -135,7 +144,8 @@ if len(summary):
                                                          help="communication and memory kernels"),
         "comm_time_ms": st.column_config.NumberColumn("comm / step", format="%.2f ms"),
         "comm_overlap_pct": st.column_config.NumberColumn("comm overlapped", format="%.1f %%",
-                                                          help="% of communication time compute kernels overlap"),
+                                                          help="% of the rank's whole communication time (the whole trace, as HTA counts it) that "
+                                                               "compute kernels overlap; a comm_exposed finding's overlap counts inside the steps only"),
         "h2d_time_ms": st.column_config.NumberColumn("H2D copies / step", format="%.2f ms"),
     })
 st.subheader("Rank files")

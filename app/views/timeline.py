@@ -183,7 +183,9 @@ st.caption(
     + (". Shaded red: the finding's window." if highlights else "."))
 if len(bars):
     chart_key = f"timeline-chart-{v0}-{v1}"
-    drawn = pd.concat([path_bars, bars], ignore_index=True) if path_bars is not None and len(path_bars) else bars
+    # the path's all-empty columns left out: concat fills them, and pandas deprecates typing them from empties
+    drawn = (pd.concat([path_bars.dropna(axis=1, how="all"), bars], ignore_index=True)
+             if path_bars is not None and len(path_bars) else bars)
     st.plotly_chart(charts.timeline(drawn, v0, v1, bounds[0], highlights, flows), width="stretch", key=chart_key,
                     on_select=lambda: zoom_to_selection(chart_key), selection_mode="box",
                     config={"displayModeBar": False})

@@ -1,4 +1,4 @@
--- requires: lib/intervals.sql
+-- requires: lib/intervals.sql lib/workload.sql
 -- Per-run views over `events` (schema.sql): table macros taking the run id as a value
 -- parameter, e.g. `SELECT * FROM gpu_activity($run_id)`. Every analysis reads these instead
 -- of raw events, so Kineto-generation differences are handled once, here.
@@ -190,18 +190,136 @@ FROM start_up
 WHERE NOT is_start_up;
 
 
--- steps(run): the steps every cost is per: a rank's ProfilerStep#N windows where it has them,
--- else its inferred iterations (inferred_steps); a rank with neither has no steps.
+-- is_engine_step_name(name): BOOLEAN, a host range named as a serving engine's iteration: vLLM's
+-- execute_model, LLMEngine.step / EngineCore.step, SGLang's run_batch / forward_batch*, or a range
+-- named for its phase (prefill, extend (SGLang's prefill), decode) as engines and users annotate them.
+CREATE OR REPLACE MACRO is_engine_step_name(name) AS
+    regexp_matches(name, '(?i)^(execute_model|(LLMEngine|EngineCore|engine)[._]?step|run_batch|forward_batch\w*)$')
+    OR regexp_matches(name, '(?i)(^|[^a-z])(prefill|extend|decode)([^a-z]|$)');
+
+-- step_phase_of(name): 'prefill' | 'decode' | NULL, the inference phase a range's name says (SGLang
+-- calls prefill "extend").
+CREATE OR REPLACE MACRO step_phase_of(name) AS
+    CASE WHEN regexp_matches(name, '(?i)(^|[^a-z])(prefill|extend)([^a-z]|$)') THEN 'prefill'
+         WHEN regexp_matches(name, '(?i)(^|[^a-z])decode([^a-z]|$)') THEN 'decode' END;
+
+-- engine_iterations(run): on an inference run (run_workload), each rank's engine iterations (a
+-- decode or prefill step, an engine step, a denoising step), where its main thread (main_threads)
+-- shows a range that recurs through the profiled window. Serving traces hold one ProfilerStep over
+-- many iterations, or none; the unit a serving engineer reasons in is the iteration. First choice first:
+--   'engine_step'  ranges named as the engine's iteration (is_engine_step_name): all of them at the
+--                  shallowest depth they occur at, together (a prefill and the decodes after it
+--                  are one loop)
+--   'repeated_op'  on a rank with ProfilerSteps, a range inside them that recurs at one depth (its
+--                  name), its occurrences covering at least ENGINE_ITERATION_MIN_COVERAGE of the
+--                  ProfilerSteps' time: the model's forward per iteration (a torch.compile region, a
+--                  CUDA-graph replay, a module's forward annotated); of several, the shallowest,
+--                  then the most covering, then the rarest. aten:: ops are one operator of a forward,
+--                  never an iteration. (A rank without ProfilerSteps has inferred_steps' recurring
+--                  top-level op, with its start-up rule.)
+-- Either must occur at least INFERRED_STEP_MIN_REPEATS times, its occurrences must not overlap, and
+-- it must occur more often than the rank's ProfilerSteps (where each ProfilerStep holds one
+-- iteration, the ProfilerStep is the iteration already and stays). Nothing recurring: no rows (the
+-- rank keeps its ProfilerSteps or inferred_steps). An iteration runs from one occurrence's start to
+-- the next one's, the last to its own end; every one is a step (a serving loop is warm when profiled,
+-- so no start-up rule: a slow first iteration shows as a slow step).
 -- Columns:
 --   run_id, rank
---   step        INTEGER  N of ProfilerStep#N, or the inferred iteration's number
+--   step        INTEGER  1, 2, ... in time order
 --   start_ns, end_ns, dur_ns
---   source      'profiler_step' | 'inferred:dataloader' | 'inferred:optimizer' | 'inferred:op'
+--   source      'engine:step' | 'engine:op'
+--   marker      the recurring range's name (of the iteration's own occurrence)
+CREATE OR REPLACE MACRO engine_iterations(run) AS TABLE
+WITH main AS MATERIALIZED (
+    SELECT m.* FROM main_threads(run) m
+    WHERE (SELECT workload FROM run_workload(run)) = 'inference'
+), host AS MATERIALIZED (
+    SELECT row_number() OVER () AS id, e.rank, e.name, e.ts_ns AS start_ns, e.ts_ns + e.dur_ns AS end_ns
+    FROM events e JOIN main m ON m.rank = e.rank AND m.pid IS NOT DISTINCT FROM e.pid AND m.tid IS NOT DISTINCT FROM e.tid
+    WHERE e.run_id = run AND e.kind IN ('cpu_op', 'user_annotation') AND e.dur_ns > 0
+), thread_ranges AS (
+    SELECT rank AS grp, id, start_ns, end_ns FROM host
+), nested AS MATERIALIZED (
+    SELECT h.*, d.depth
+    FROM event_depth('thread_ranges') d JOIN host h ON h.id = d.id
+), windows AS (
+    -- the ProfilerSteps' time a recurring range must cover most of, and their number it must outnumber
+    SELECT n.rank, any_value(p.steps_ns) AS window_ns, coalesce(any_value(p.n_steps), 0) AS n_profiler_steps
+    FROM nested n LEFT JOIN (SELECT rank, sum(dur_ns) AS steps_ns, count(*) AS n_steps
+                             FROM profiler_steps(run) GROUP BY rank) p ON p.rank = n.rank
+    GROUP BY n.rank
+), repeated AS (
+    SELECT n.rank, n.depth, n.name
+    FROM nested n JOIN windows w ON w.rank = n.rank
+    WHERE w.n_profiler_steps > 0 AND NOT starts_with(n.name, 'aten::') AND NOT is_profiler_step(n.name) AND NOT is_engine_step_name(n.name)
+    GROUP BY n.rank, n.depth, n.name, w.window_ns
+    HAVING count(*) >= library_threshold('INFERRED_STEP_MIN_REPEATS')
+       AND sum(n.end_ns - n.start_ns) >= library_threshold('ENGINE_ITERATION_MIN_COVERAGE') * w.window_ns
+), occurrences AS (
+    -- each candidate loop's occurrences: the engine-named ranges at their shallowest depth (one
+    -- candidate, key ''), and each recurring range (key its name)
+    SELECT rank, 'step' AS what, '' AS key, depth, name, start_ns, end_ns
+    FROM nested
+    WHERE is_engine_step_name(name)
+    QUALIFY depth = min(depth) OVER (PARTITION BY rank)
+    UNION ALL
+    SELECT n.rank, 'op', n.name, n.depth, n.name, n.start_ns, n.end_ns
+    FROM nested n JOIN repeated r ON r.rank = n.rank AND r.depth = n.depth AND r.name = n.name
+), ordered AS (
+    SELECT *, lead(start_ns) OVER loop AS next_start_ns, row_number() OVER loop AS step
+    FROM occurrences
+    WINDOW loop AS (PARTITION BY rank, what, key ORDER BY start_ns, end_ns)
+), loops AS (
+    -- the candidates that are a loop (enough occurrences, none overlapping the next, more than
+    -- the ProfilerSteps); per rank the first by preference
+    SELECT o.rank, o.what, o.key
+    FROM ordered o JOIN windows w ON w.rank = o.rank
+    GROUP BY o.rank, o.what, o.key, o.depth, w.n_profiler_steps
+    HAVING bool_and(o.next_start_ns IS NULL OR o.end_ns <= o.next_start_ns)
+       AND count(*) >= library_threshold('INFERRED_STEP_MIN_REPEATS') AND count(*) > w.n_profiler_steps
+    QUALIFY row_number() OVER (PARTITION BY o.rank ORDER BY o.what = 'step' DESC, o.depth,
+                               sum(o.end_ns - o.start_ns) DESC, count(*), o.key) = 1
+)
+SELECT run AS run_id, o.rank, CAST(o.step AS INTEGER) AS step, o.start_ns,
+       coalesce(o.next_start_ns, o.end_ns) AS end_ns, coalesce(o.next_start_ns, o.end_ns) - o.start_ns AS dur_ns,
+       'engine:' || o.what AS source, o.name AS marker
+FROM ordered o JOIN loops l ON l.rank = o.rank AND l.what = o.what AND l.key = o.key;
+
+
+-- steps(run): the steps every cost is per: on an inference run, a rank's engine iterations where
+-- its trace shows them (engine_iterations); else its ProfilerStep#N windows where it has them, else
+-- its inferred iterations (inferred_steps); a rank with none of these has no steps.
+-- Columns:
+--   run_id, rank
+--   step        INTEGER  N of ProfilerStep#N, or the iteration's number
+--   start_ns, end_ns, dur_ns
+--   source      'engine:step' | 'engine:op' | 'profiler_step' | 'inferred:dataloader' |
+--               'inferred:optimizer' | 'inferred:op'
 --   marker      the repeating event's name (NULL for ProfilerSteps)
+--   phase       'prefill' | 'decode' | 'mixed' | NULL (unknown): on an inference run, what the
+--               user annotations starting inside the step name (step_phase_of): one phase, or both
 CREATE OR REPLACE MACRO steps(run) AS TABLE
-SELECT *, 'profiler_step' AS source, NULL::VARCHAR AS marker FROM profiler_steps(run)
-UNION ALL BY NAME
-SELECT * FROM inferred_steps(run);
+WITH engine AS MATERIALIZED (
+    SELECT * FROM engine_iterations(run)
+), chosen AS MATERIALIZED (
+    SELECT * FROM engine
+    UNION ALL BY NAME
+    SELECT *, 'profiler_step' AS source, NULL::VARCHAR AS marker FROM profiler_steps(run)
+    WHERE rank NOT IN (SELECT rank FROM engine)
+    UNION ALL BY NAME
+    SELECT * FROM inferred_steps(run) WHERE rank NOT IN (SELECT rank FROM engine)
+), phase_ranges AS (
+    SELECT rank, ts_ns, step_phase_of(name) AS phase
+    FROM events
+    WHERE run_id = run AND kind = 'user_annotation' AND step_phase_of(name) IS NOT NULL
+      AND (SELECT workload FROM run_workload(run)) = 'inference'
+), phases AS (
+    SELECT s.rank, s.step, CASE WHEN count(DISTINCT p.phase) > 1 THEN 'mixed' ELSE any_value(p.phase) END AS phase
+    FROM chosen s JOIN phase_ranges p ON p.rank = s.rank AND p.ts_ns >= s.start_ns AND p.ts_ns < s.end_ns
+    GROUP BY s.rank, s.step
+)
+SELECT s.*, p.phase
+FROM chosen s LEFT JOIN phases p ON p.rank = s.rank AND p.step = s.step;
 
 
 -- host_step_windows(run): the host-clock windows per-step figures count CPU calls in (launches,
@@ -218,3 +336,21 @@ UNION ALL
 -- +-2^61 ns: beyond any trace's timestamps, and the window's length still fits a BIGINT
 SELECT rank, rank, NULL::INTEGER, -2305843009213693952, 2305843009213693952
 FROM ranks WHERE run_id = run AND rank NOT IN (SELECT rank FROM s);
+
+
+-- step_units(run): per rank, what its steps are (steps(run)): where they come from, the recurring
+-- range, how many, their mean, and how many of them each phase names (the unit a report speaks in).
+-- Columns:
+--   rank
+--   source         steps(run)'s source
+--   marker         the recurring range's most frequent name (NULL for ProfilerSteps)
+--   n_steps        BIGINT
+--   mean_step_ns   DOUBLE
+--   prefill_steps, decode_steps, mixed_steps  BIGINT  steps whose phase is that (the rest: unknown)
+CREATE OR REPLACE MACRO step_units(run) AS TABLE
+SELECT rank, any_value(source) AS source, mode(marker) AS marker, count(*) AS n_steps, avg(dur_ns) AS mean_step_ns,
+       count(*) FILTER (WHERE phase = 'prefill') AS prefill_steps,
+       count(*) FILTER (WHERE phase = 'decode') AS decode_steps,
+       count(*) FILTER (WHERE phase = 'mixed') AS mixed_steps
+FROM steps(run)
+GROUP BY rank;

@@ -1,4 +1,4 @@
--- requires: lib/steps.sql
+-- requires: lib/intervals.sql
 -- run_workload(run): whether the run trains or serves/infers, from what its trace records, with
 -- the evidence counted. First rule that holds wins:
 --   training    autograd ran (backward ops: *Backward0, autograd::engine::evaluate_function) or an

@@ -28,8 +28,9 @@
 --   comm_source               'gpu' (NCCL/RCCL kernels) | 'cpu' (gloo: the training thread's view)
 --   comm_ns_per_step          GPU: union of comm kernels; CPU: time a collective is in flight or
 --                             the training thread is in a c10d op (both within steps: rank_balance)
---   overlap_pct               share of comm time under compute kernels (HTA's comm/comp overlap);
---                             CPU: under the training thread's own ops, %
+--   overlap_pct               share of the comm time inside the steps under compute kernels, % (HTA's
+--                             comm/comp overlap rule within the steps; rank_summary.comm_overlap_pct
+--                             is HTA's whole-trace figure); CPU: under the training thread's own ops
 --   exposed_ns_per_step       comm time no compute overlaps (waiting included); CPU: time the
 --                             training thread is blocked in communication (cpu_comm_blocked)
 --   imbalance_wait_ns_per_step  part of it that is waiting for the straggler (rank_balance.lost_ns_per_step,

@@ -1,8 +1,12 @@
-"""Fix model: the ranks' work balanced (balanced_sampler): in every step, a rank that works more
-than the ranks' mean for that step works the mean. Work is a rank's own time between waits: on a
+"""Fix model, by the imbalance's cause (the finding's imbalance_source and lateness_pattern):
+uneven data ('input') or work that moves between ranks from step to step is balanced
+(balanced_sampler): in every step, a rank that works more than the ranks' mean for that step
+works the mean, total work unchanged. Extra work of one rank's own (the same work slower on one
+rank, a 'stall', 'periodic' eval or checkpoint work) is removed: in every step, a rank that works
+more than the median of the other ranks works that median (the host or stall fixed, the periodic
+work made asynchronous). Work is a rank's own time between waits: on a
 GPU rank its compute kernels, on a CPU rank its CPU time outside collective and loader waits. Which
-rank is late may change from step to step (a sampler deals different samples each step), so the
-balance is per step, not per rank."""
+rank is late may change from step to step, so the change is per step, not per rank."""
 from __future__ import annotations
 
 import numpy as np
@@ -39,12 +43,14 @@ def _transform(run, finding, t):
         return None
     # steps are matched across ranks by position (every rank runs the same schedule)
     table = np.array([w[4][:n_steps] for w in works.values()])
-    mean = table.mean(axis=0)
+    metrics = finding.get("metrics") or {}
+    removed = metrics.get("imbalance_source") != "input" and metrics.get("lateness_pattern") != "moving"
     graphs, touched = [], {}
-    for g in run.ranks:
+    for index, g in enumerate(run.ranks):
         host_own, compute, host_step, gpu_step, per_step = works[g.rank]
+        target = np.median(np.delete(table, index, axis=0), axis=0) if removed else table.mean(axis=0)
         factor = np.ones(len(per_step))
-        factor[:n_steps] = np.where(per_step[:n_steps] > mean, mean / np.maximum(per_step[:n_steps], 1), 1.0)
+        factor[:n_steps] = np.where(per_step[:n_steps] > target, target / np.maximum(per_step[:n_steps], 1), 1.0)
         if (factor >= 1).all():
             graphs.append(g)
             continue
@@ -64,10 +70,14 @@ def _transform(run, finding, t):
         touched[g.rank] = hit
     if not touched:
         return None
-    return FixEffect(graph=run.replace(ranks=graphs), touched=touched, assumptions=[
-        "in every step, a rank whose own work (compute kernels on a GPU rank, CPU time outside waits on a CPU "
-        "rank) is above the ranks' mean for that step does the mean (a balanced sampler); total work is unchanged",
-        "steps are matched across ranks by their order"])
+    work = "own work (compute kernels on a GPU rank, CPU time outside waits on a CPU rank)"
+    change = (f"in every step, a rank whose {work} is above the other ranks' median for that step does that median "
+              "(its own extra work removed: the host or stall fixed, periodic work made asynchronous)" if removed else
+              f"in every step, a rank whose {work} is above the ranks' mean for that step does the mean (a balanced "
+              "sampler); total work is unchanged")
+    return FixEffect(graph=run.replace(ranks=graphs), touched=touched,
+                     assumptions=[change, "steps are matched across ranks by their order"])
 
 
-FIX_MODEL = FixModel(fix="the ranks' work balanced per step (balanced_sampler)", transform=_transform)
+FIX_MODEL = FixModel(fix="the straggler's extra work balanced over the ranks (uneven data) or removed (the same "
+                         "work slower on one rank, a stall, periodic work)", transform=_transform)
