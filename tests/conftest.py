@@ -20,6 +20,28 @@ def shared_traces() -> Path:
     return SHARED_TRACES
 
 
+@pytest.fixture(scope="module")
+def _module_store():
+    from analyzers.sql.engine import ensure_loaded
+    from analyzers.store.database import connect
+
+    con = ensure_loaded(connect(":memory:"))
+    yield con
+    con.close()
+
+
+@pytest.fixture()
+def run_store(_module_store):
+    """An in-memory store with no run in it, the SQL library loaded: one store per module (loading
+    the library costs 1.5-2.5 s per database), each test's runs purged after it."""
+    from analyzers.store.runs import purge_run
+
+    assert _module_store.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    yield _module_store
+    for (run_id,) in _module_store.execute("SELECT run_id FROM runs").fetchall():
+        purge_run(_module_store, run_id)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Free the DuckDB connections tests left to the garbage collector before the interpreter
     exits, so DuckDB's binding does not print a leak report after pytest's summary line."""

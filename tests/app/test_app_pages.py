@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -262,15 +264,35 @@ def open_with_samples(tmp_path, monkeypatch):
     return at, entries, db, by_name
 
 
-def test_bundled_samples_load_on_start_and_once(tmp_path, monkeypatch):
-    at, entries, db, by_name = open_with_samples(tmp_path, monkeypatch)
+@pytest.fixture(scope="module")
+def samples_loaded(tmp_path_factory):
+    """The bundled samples loaded on start into a new store, once for this module (the load ingests
+    and analyses every sample run: ~45 s on CI): (the run the loading session opened on, manifest
+    entries, the store as the load left it, {name: run_id}). Tests open copies (samples_store)."""
+    from app import state
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        at, entries, db, by_name = open_with_samples(tmp_path_factory.mktemp("samples"), monkeypatch)
+        assert _store_let_go(state), "the dashboard still holds the store after loading the samples"
+    return at.session_state["run_id"], entries, db, by_name
+
+
+@pytest.fixture()
+def samples_store(samples_loaded, tmp_path) -> Path:
+    """This test's own copy of the store the samples were loaded into (no test sees another's changes)."""
+    db = tmp_path / "samples.duckdb"
+    shutil.copyfile(samples_loaded[2], db)
+    return db
+
+
+def test_bundled_samples_load_on_start_and_once(samples_loaded, samples_store, monkeypatch):
+    opened_on, entries, _, by_name = samples_loaded
     assert sorted(by_name) == sorted(e["name"] for e in entries)
-    assert at.session_state["run_id"] is not None
+    assert opened_on is not None
+    at = open_app(monkeypatch, samples_store, samples=str(SAMPLE_MANIFEST))   # a second session: nothing duplicated
     for page in PAGES:
         goto(at, page)
-    at2 = open_app(monkeypatch, db, samples=str(SAMPLE_MANIFEST))   # a second session: nothing duplicated
-    assert not at2.exception
-    con = connect(db)
+    con = connect(samples_store)
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == len(entries)
     con.close()
 
@@ -341,9 +363,12 @@ def test_findings_beyond_the_third_are_folded(hand_built, monkeypatch):
                       "stream 7 · window of 10.000 ms"]
 
 
-def test_samples_open_on_the_first_manifest_entry_and_cpu_runs_compare_plainly(tmp_path, monkeypatch):
-    at, entries, _, by_name = open_with_samples(tmp_path, monkeypatch)
-    assert at.session_state["run_id"] == by_name[entries[0]["name"]]
+def test_samples_open_on_the_first_manifest_entry_and_cpu_runs_compare_plainly(samples_loaded, samples_store,
+                                                                              monkeypatch):
+    opened_on, entries, _, by_name = samples_loaded
+    assert opened_on == by_name[entries[0]["name"]]          # the session that loaded them
+    at = open_app(monkeypatch, samples_store)
+    assert at.session_state["run_id"] == opened_on            # and a later one (the newest run)
 
     cpu_runs = [by_name[e["name"]] for e in entries if "CPU" in e["name"]][:2]
     assert len(cpu_runs) == 2

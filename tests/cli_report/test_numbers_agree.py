@@ -140,8 +140,8 @@ def _shared_traces() -> list[Path]:
 
 @pytest.mark.skipif(not _shared_traces(), reason="../shared/traces is absent")
 @pytest.mark.parametrize("trace", _shared_traces(), ids=lambda p: p.name)
-def test_step_parts_add_up_to_the_step_on_real_traces(trace):
-    con = connect(":memory:")
+def test_step_parts_add_up_to_the_step_on_real_traces(trace, run_store):
+    con = run_store
     result = ingest_paths(con, [str(trace)])
     assert result.run_id
     steps = queries.step_breakdown(con, result.run_id)

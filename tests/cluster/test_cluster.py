@@ -1,7 +1,8 @@
 """Runs kept as Parquet partitions (analyzers/store/partitions.py), and their ingest and per-rank analyses
 as tasks on a Dask cluster (analyzers/cluster.py, analyzers/execution/rank_tasks.py).
 
-The report (run, ranks, findings, notes) of every sample run and real trace must be exactly that of
+The report (run, ranks, findings, notes) of the sweep's sample runs and real traces
+(tests/analysis_support.py SWEEP_SAMPLES, SWEEP_SHARED; every one with TRACEDOCTOR_FULL_SWEEP=1) must be exactly that of
 the embedded store: with the events as Parquet in a local folder, in fsspec's memory filesystem
 (object storage), and through `--cluster local:2`, the CLI's JSON included."""
 from __future__ import annotations
@@ -23,26 +24,31 @@ from analyzers.ingest import ingest_jobs, ingest_paths
 from analyzers.read.report import build_report
 from analyzers.store.runs import delete_run, purge_run
 from analyzers.store.database import connect
-from tests.support.analysis import sample_run_paths, shared_trace_names
+from tests.support.analysis import (SWEEP_SAMPLES, SWEEP_SHARED, sample_run_paths, shared_trace_names,
+                                   sweep_sample_paths, sweep_shared_trace_names)
 from tests.support.paths import REPO_ROOT
 
 SAMPLES = REPO_ROOT / "sample_traces"
 REPORT_KEYS = ("run", "ranks", "findings", "notes")
 
 
+def _report_in(con, path: Path, events_root: str | None = None, runner=None) -> dict:
+    result = ingest_paths(con, [str(path)], events_root=events_root, runner=runner)
+    assert result.run_id and not result.errors, result.errors
+    analyze_run(con, result.run_id, runner=runner)
+    report = build_report(con, result.run_id)
+    # the ranks table stored with the analysis (from its cached views) is the one computed afresh
+    assert stored_rank_table(con, result.run_id) is not None
+    # (each rank's `memory` figures are joined to that table in the report, from memory events)
+    ranks = [{k: v for k, v in rank.items() if k != "memory"} for rank in report["ranks"]]
+    assert _same(ranks, rank_summary(con, result.run_id))
+    return {key: report[key] for key in REPORT_KEYS}
+
+
 def _report(path: Path, events_root: str | None = None, runner=None, db: str = ":memory:") -> dict:
     con = connect(db)
     try:
-        result = ingest_paths(con, [str(path)], events_root=events_root, runner=runner)
-        assert result.run_id and not result.errors, result.errors
-        analyze_run(con, result.run_id, runner=runner)
-        report = build_report(con, result.run_id)
-        # the ranks table stored with the analysis (from its cached views) is the one computed afresh
-        assert stored_rank_table(con, result.run_id) is not None
-        # (each rank's `memory` figures are joined to that table in the report, from memory events)
-        ranks = [{k: v for k, v in rank.items() if k != "memory"} for rank in report["ranks"]]
-        assert _same(ranks, rank_summary(con, result.run_id))
-        return {key: report[key] for key in REPORT_KEYS}
+        return _report_in(con, path, events_root, runner)
     finally:
         con.close()
 
@@ -59,8 +65,8 @@ def _same(a: dict, b: dict) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def _assert_layouts_agree(path: Path, tmp_path: Path, runner) -> None:
-    embedded = _report(path)
+def _assert_layouts_agree(path: Path, tmp_path: Path, runner, store) -> None:
+    embedded = _report_in(store, path)
     folder = _report(path, str(tmp_path / "events"), InProcess(), db=str(tmp_path / "folder.duckdb"))
     assert _same(folder, embedded)
     on_cluster = _report(path, str(tmp_path / "cluster-events"), runner, db=str(tmp_path / "cluster.duckdb"))
@@ -75,14 +81,21 @@ def _assert_layouts_agree(path: Path, tmp_path: Path, runner) -> None:
     assert sorted(os.listdir(tmp_path / "cluster-events")) == [f"run_id={embedded['run']['run_id']}"]
 
 
-@pytest.mark.parametrize("path", sample_run_paths(), ids=lambda p: p.name)
-def test_sample_runs_agree_in_every_layout(path, tmp_path, local_cluster):
-    _assert_layouts_agree(path, tmp_path, local_cluster)
+@pytest.mark.parametrize("path", sweep_sample_paths(), ids=lambda p: p.name)
+def test_sample_runs_agree_in_every_layout(path, tmp_path, local_cluster, run_store):
+    _assert_layouts_agree(path, tmp_path, local_cluster, run_store)
 
 
-@pytest.mark.parametrize("name", shared_trace_names() or ["(none)"])
-def test_real_traces_agree_in_every_layout(shared_traces, name, tmp_path, local_cluster):
-    _assert_layouts_agree(shared_traces / name, tmp_path, local_cluster)
+def test_the_sweeps_cases_exist():
+    """A renamed sample run or trace must not drop out of the default sweep unnoticed."""
+    assert set(SWEEP_SAMPLES) <= {p.name for p in sample_run_paths()}
+    shared = shared_trace_names()
+    assert not shared or set(SWEEP_SHARED) <= set(shared)
+
+
+@pytest.mark.parametrize("name", sweep_shared_trace_names() or ["(none)"])
+def test_real_traces_agree_in_every_layout(shared_traces, name, tmp_path, local_cluster, run_store):
+    _assert_layouts_agree(shared_traces / name, tmp_path, local_cluster, run_store)
 
 
 def test_object_storage_through_fsspec():

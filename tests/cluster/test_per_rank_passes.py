@@ -26,32 +26,29 @@ def _outcome(con, run_id: str, per_rank: bool):
     return [computed_finding_contract(f, trace) for f in findings], notes, trace
 
 
-def _assert_passes_agree(path: Path) -> None:
-    con = connect(":memory:")
+def _assert_passes_agree(con, path: Path) -> None:
     result = ingest_paths(con, [str(path)])
     assert result.run_id and not result.errors, result.errors
-    ensure_loaded(con)
     per_rank = _outcome(con, result.run_id, per_rank=True)
     whole = _outcome(con, result.run_id, per_rank=False)
     assert per_rank[0] == whole[0]     # findings
     assert per_rank[1] == whole[1]     # notes
     assert per_rank[2] == whole[2]     # run costs
-    con.close()
 
 
 @pytest.mark.parametrize("path", sample_run_paths(), ids=lambda p: p.name)
-def test_sample_runs_agree(path):
-    _assert_passes_agree(path)
+def test_sample_runs_agree(path, run_store):
+    _assert_passes_agree(run_store, path)
 
 
 @pytest.mark.parametrize("name", shared_trace_names() or ["(none)"])
-def test_real_traces_agree(shared_traces, name):
-    _assert_passes_agree(shared_traces / name)
+def test_real_traces_agree(shared_traces, name, run_store):
+    _assert_passes_agree(run_store, shared_traces / name)
 
 
 @pytest.mark.skipif(not BENCH_RUN.is_dir(), reason="bench/data/8x128mb not generated (python bench/ingest.py)")
-def test_bench_8x128mb_agrees():
-    _assert_passes_agree(BENCH_RUN)
+def test_bench_8x128mb_agrees(run_store):
+    _assert_passes_agree(run_store, BENCH_RUN)
 
 
 def _rows_by_rank(con, view: str, run_id: str) -> list[tuple]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 from analyzers.analysis.context import build_context
@@ -25,6 +26,42 @@ def shared_trace_names() -> list[str]:
     return names + (["nccl2rank"] if (SHARED_TRACES / "nccl2rank").is_dir() else [])
 
 
+# The sweeps over every sample run and real trace (tests/test_cluster.py's layouts,
+# tests/test_per_rank_passes.py's passes) run on these by default: together they hold every finding
+# kind, note and event kind the whole sweep meets (1-4 ranks, a folder of ranks, GPU and CPU-only,
+# ROCm, CUDA graphs, no ProfilerStep, a partial job), at a third of its time.
+# TRACEDOCTOR_FULL_SWEEP=1 runs the sweeps on all of them (README.md, "Tests").
+FULL_SWEEP_ENV = "TRACEDOCTOR_FULL_SWEEP"
+SWEEP_SAMPLES = (
+    "synthetic_all",                # 4 ranks: comm_exposed, dataloader_stall, h2d_stall, host_sync, rank_imbalance
+    "gpu_allocator_tuning_before",  # real CUDA: fp32_matmul, runtime_stall, driver calls
+    "gpu_cuda_graph_after",         # real CUDA graph replay; a trace that begins inside a step
+    "gpu_tf32_matmul_before",       # the what-if replay misses a measured step (its note); memsets
+    "cpu_balanced_sampler_before",  # 2 CPU ranks over gloo: comm_exposed, collectives reached apart, no GPU
+)
+SWEEP_SHARED = (
+    "alexnet_single_gpu.json.gz",   # no ProfilerStep (inferred steps), inference only, cudaDeviceSynchronize
+    "cpu_only_rank34.json.gz",      # rank 34 alone of 300 ranks
+    "rocm_mi250_minitoy.json.gz",   # ROCm/HIP: h2d_stall, launch_gap, runtime_stall
+    "nccl2rank",                    # a folder of 2 real NCCL ranks of a 128-rank job
+)
+
+
+def full_sweep() -> bool:
+    """Whether the sweeps run on every sample run and real trace ($TRACEDOCTOR_FULL_SWEEP=1)."""
+    return os.environ.get(FULL_SWEEP_ENV, "") not in ("", "0")
+
+
+def sweep_sample_paths() -> list[Path]:
+    """sample_run_paths(), or those of SWEEP_SAMPLES unless full_sweep()."""
+    return [p for p in sample_run_paths() if full_sweep() or p.name in SWEEP_SAMPLES]
+
+
+def sweep_shared_trace_names() -> list[str]:
+    """shared_trace_names(), or those of SWEEP_SHARED unless full_sweep()."""
+    return [n for n in shared_trace_names() if full_sweep() or n in SWEEP_SHARED]
+
+
 # Folders of ../shared/traces whose files are each a run of their own (HTA's critical-path test
 # data, TraceLens's modern traces); nccl2rank is one 2-rank run; memory/ holds no Kineto traces.
 SHARED_FOLDERS_OF_RUNS = ("critical_path", "modern")
@@ -42,9 +79,10 @@ def shared_trace_runs() -> list[list[Path]]:
     return runs
 
 
-def ingest_clean(paths):
-    """Ingest the files as one run into an in-memory store; they must all load without error."""
-    con = connect(":memory:")
+def ingest_clean(paths, store=None):
+    """Ingest the files as one run into `store` (a test's run_store), else a new in-memory store;
+    they must all load without error."""
+    con = connect(":memory:") if store is None else store
     result = ingest_paths(con, [str(p) for p in paths])
     assert result.run_id and not result.errors
     ensure_loaded(con)

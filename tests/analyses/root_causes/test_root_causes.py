@@ -174,12 +174,11 @@ def assert_costs_within_the_step(con, run_id, where) -> None:
 
 
 @pytest.mark.parametrize("paths", _runs(), ids=lambda paths: Path(paths[0]).name)
-def test_costs_never_add_up_past_the_step(paths):
-    con = connect(":memory:")
-    result = ingest_paths(con, paths)
+def test_costs_never_add_up_past_the_step(paths, run_store):
+    result = ingest_paths(run_store, paths)
     assert result.run_id, (paths, result.errors)
-    analyze_run(con, result.run_id)
-    assert_costs_within_the_step(con, result.run_id, paths)
+    analyze_run(run_store, result.run_id)
+    assert_costs_within_the_step(run_store, result.run_id, paths)
 
 
 def test_fix_verdicts_follow_the_thresholds_the_run_was_analysed_with(tmp_path):

@@ -69,10 +69,10 @@ def _stripped(paths: list[Path], out: Path, keep: set[int] = frozenset()) -> lis
     return [_write_without_steps(p, out / p.name.removesuffix(".gz"), keep) for p in paths]
 
 
-def per_step_figures(paths: list[Path]) -> dict[str, Any]:
+def per_step_figures(store, paths: list[Path]) -> dict[str, Any]:
     """Every per-step figure of the three analyses, in ms (counts and bytes as they are), per rank;
     plus how the ranks got their steps and the steps' host windows."""
-    con, run_id = ingest_clean(paths)
+    con, run_id = ingest_clean(paths, store)
     ctx = build_context(con, run_id)
     figures: dict[int, dict[str, float]] = {rank: {} for rank in ctx.ranks}
     step_ms = {rank: (info.mean_step_ns or 0) / 1e6 for rank, info in ctx.ranks.items()}
@@ -90,7 +90,6 @@ def per_step_figures(paths: list[Path]) -> dict[str, Any]:
                               "collectives": collectives, "bytes": nbytes})
     steps = con.execute("SELECT rank, step, start_ns, end_ns, source FROM steps(?) ORDER BY rank, step",
                         [run_id]).fetchall()
-    con.close()
     return {"figures": figures, "step_ms": step_ms, "steps": steps,
             "sources": {source for *_, source in steps}}
 
@@ -139,11 +138,11 @@ def covered_profiler_steps(inferred: dict[str, Any], profiled: dict[str, Any]) -
     ("straggler", {"balance_work_ms", "balance_comm_ms", "balance_exposed_ms", "balance_lost_ms", "comm_exposed_ms"}),
     ("exposed_comm", {"comm_ms", "comm_exposed_ms", "comm_cost_ms", "collectives", "bytes"}),
 ])
-def test_synthesized_job_costs_the_same_per_inferred_step(tmp_path, scenario, expect):
+def test_synthesized_job_costs_the_same_per_inferred_step(tmp_path, scenario, expect, run_store):
     synthesize(tmp_path / "profiled", scenario, steps=SYNTH_STEPS, seed=0)
     paths = sorted((tmp_path / "profiled").glob("*.json"))
-    profiled = per_step_figures(paths)
-    inferred = per_step_figures(_stripped(paths, tmp_path / "stripped"))
+    profiled = per_step_figures(run_store, paths)
+    inferred = per_step_figures(run_store, _stripped(paths, tmp_path / "stripped"))
     assert {s for *_, s in inferred["steps"]} == {"inferred:dataloader"}
     assert_same_per_step(inferred, profiled, expect=expect)
 
@@ -151,31 +150,31 @@ def test_synthesized_job_costs_the_same_per_inferred_step(tmp_path, scenario, ex
 # --- real traces (../shared/traces) --------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["resnet50_num_workers_0", "resnet50_num_workers_4"])
-def test_resnet50_fp32_matmuls_and_compute_per_inferred_step(shared_traces, tmp_path, name):
+def test_resnet50_fp32_matmuls_and_compute_per_inferred_step(shared_traces, tmp_path, name, run_store):
     # 6 ProfilerSteps; stripped, 4 iterations inferred from DataLoader.__next__ (whole-trace FP32
     # time over them was 65 ms/step against 42 ms with the ProfilerSteps, workers=0)
     paths = [shared_traces / f"{name}.json.gz"]
-    profiled = per_step_figures(paths)
-    inferred = per_step_figures(_stripped(paths, tmp_path))
+    profiled = per_step_figures(run_store, paths)
+    inferred = per_step_figures(run_store, _stripped(paths, tmp_path))
     assert_same_per_step(inferred, profiled, expect={"fp32_matmul_ms", "balance_work_ms"})
 
 
-def test_nccl_allreduce_per_inferred_step_matches_the_step_it_covers(shared_traces, tmp_path):
+def test_nccl_allreduce_per_inferred_step_matches_the_step_it_covers(shared_traces, tmp_path, run_store):
     # ProfilerSteps 4-6; their all-reduces take 12, 12 and 23 ms: the one iteration inferred from
     # Optimizer.step is step 6, so step 6 alone is the reference (whole-trace comm over that one
     # iteration was 47 ms)
     source = shared_traces / "nccl_allreduce_with_sizes.json.gz"
-    inferred = per_step_figures(_stripped([source], tmp_path / "stripped"))
-    covered = covered_profiler_steps(inferred, per_step_figures([source]))
+    inferred = per_step_figures(run_store, _stripped([source], tmp_path / "stripped"))
+    covered = covered_profiler_steps(inferred, per_step_figures(run_store, [source]))
     assert covered == {6}
-    profiled = per_step_figures(_stripped([source], tmp_path / "covered", keep=covered))
+    profiled = per_step_figures(run_store, _stripped([source], tmp_path / "covered", keep=covered))
     assert_same_per_step(inferred, profiled, expect={"comm_ms", "comm_exposed_ms", "balance_comm_ms",
                                                      "collectives", "bytes"})
     # and both are step 6's own communication as the step breakdown (metrics/step_breakdown.sql)
     # measures it in the unmodified trace
-    con, run_id = ingest_clean([source])
-    step_comm_ms = con.execute("SELECT comm_ns / 1e6 FROM step_breakdown(?) WHERE step = 6", [run_id]).fetchone()[0]
-    con.close()
+    _, run_id = ingest_clean([source], run_store)
+    step_comm_ms = run_store.execute("SELECT comm_ns / 1e6 FROM step_breakdown(?) WHERE step = 6",
+                                     [run_id]).fetchone()[0]
     assert inferred["figures"][0]["comm_ms"] == pytest.approx(step_comm_ms, rel=REL_TOLERANCE)
 
 
@@ -213,16 +212,16 @@ def build(rank: int, world_size: int, pass_name: str, config: dict[str, Any]):
     return RankWorkload(step=step)
 
 
-def test_gloo_job_blocked_communication_per_inferred_step(tmp_path):
+def test_gloo_job_blocked_communication_per_inferred_step(tmp_path, run_store):
     pytest.importorskip("torch")
     from accel.demos.dist_common import run_ranks
 
     result = run_ranks(__name__, ["profiled"], GLOO_WORLD_SIZE, tmp_path / "job", 2, GLOO_CONFIG)["profiled"]
     paths = sorted(result.trace_dir.glob("rank-*.json.gz"))
     assert len(paths) == GLOO_WORLD_SIZE
-    inferred = per_step_figures(_stripped(paths, tmp_path / "stripped"))
-    covered = covered_profiler_steps(inferred, per_step_figures(paths))
-    profiled = per_step_figures(_stripped(paths, tmp_path / "covered", keep=covered))
+    inferred = per_step_figures(run_store, _stripped(paths, tmp_path / "stripped"))
+    covered = covered_profiler_steps(inferred, per_step_figures(run_store, paths))
+    profiled = per_step_figures(run_store, _stripped(paths, tmp_path / "covered", keep=covered))
     assert_same_per_step(inferred, profiled, rel=GLOO_REL_TOLERANCE, of_step=GLOO_STEP_TOLERANCE,
                          expect={"balance_work_ms", "balance_comm_ms", "balance_exposed_ms", "comm_ms",
                                  "comm_exposed_ms"})
@@ -233,13 +232,13 @@ def test_gloo_job_blocked_communication_per_inferred_step(tmp_path):
 # syncs, copies, tiny-kernel runs and GELU chains; the report's ranks table (analyzers/analysis/metrics.py
 # rank_summary) shows comm and host-to-device copy time per step. All of them per step too.
 
-def pipeline_per_step_figures(paths: list[Path]) -> dict[str, Any]:
+def pipeline_per_step_figures(store, paths: list[Path]) -> dict[str, Any]:
     """Every per-step figure of launch_gap, host_sync, h2d_stall and the ranks table, per rank,
     like per_step_figures."""
     from analyzers.analysis.kinds import h2d_stall, host_sync, launch_gap
     from analyzers.analysis.metrics import rank_summary
 
-    con, run_id = ingest_clean(paths)
+    con, run_id = ingest_clean(paths, store)
     ctx = build_context(con, run_id)
     figures: dict[int, dict[str, float]] = {rank: {} for rank in ctx.ranks}
     step_ms = {rank: (info.mean_step_ns or 0) / 1e6 for rank, info in ctx.ranks.items()}
@@ -266,7 +265,6 @@ def pipeline_per_step_figures(paths: list[Path]) -> dict[str, Any]:
                                      "ranks.h2d_time_ms": row["h2d_time_ms"]})
     steps = con.execute("SELECT rank, step, start_ns, end_ns, source FROM steps(?) ORDER BY rank, step",
                         [run_id]).fetchall()
-    con.close()
     return {"figures": figures, "step_ms": step_ms, "steps": steps,
             "sources": {source for *_, source in steps}}
 
@@ -281,43 +279,43 @@ def pipeline_per_step_figures(paths: list[Path]) -> dict[str, Any]:
                    "h2d_stall.copy_ms", "ranks.h2d_time_ms"}),
     ("exposed_comm", {"ranks.comm_time_ms"}),
 ])
-def test_synthesized_job_idle_and_ranks_table_per_inferred_step(tmp_path, scenario, expect):
+def test_synthesized_job_idle_and_ranks_table_per_inferred_step(tmp_path, scenario, expect, run_store):
     synthesize(tmp_path / "profiled", scenario, steps=SYNTH_STEPS, seed=0)
     paths = sorted((tmp_path / "profiled").glob("*.json"))
-    profiled = pipeline_per_step_figures(paths)
-    inferred = pipeline_per_step_figures(_stripped(paths, tmp_path / "stripped"))
+    profiled = pipeline_per_step_figures(run_store, paths)
+    inferred = pipeline_per_step_figures(run_store, _stripped(paths, tmp_path / "stripped"))
     assert {s for *_, s in inferred["steps"]} == {"inferred:dataloader"}
     assert_same_per_step(inferred, profiled, expect=expect)
 
 
 @pytest.mark.parametrize("name", ["resnet50_num_workers_0", "resnet50_num_workers_4"])
-def test_resnet50_copies_launches_and_syncs_per_inferred_step(shared_traces, tmp_path, name):
+def test_resnet50_copies_launches_and_syncs_per_inferred_step(shared_traces, tmp_path, name, run_store):
     # ProfilerSteps 5-10; the 4 iterations inferred from DataLoader.__next__ are steps 6-9, and
     # steps 5 and 10 idle twice as long between launches (15 and 17 ms against 6-10 ms): steps 6-9
     # are the reference. Before the fix, whole-trace counts over the 4 iterations were 50-75% too
     # high (2320 launches per step against 1547, 3 host syncs against 2, 28.9 MB copied against 19.3).
     paths = [shared_traces / f"{name}.json.gz"]
-    inferred = pipeline_per_step_figures(_stripped(paths, tmp_path / "stripped"))
-    covered = covered_profiler_steps(inferred, pipeline_per_step_figures(paths))
+    inferred = pipeline_per_step_figures(run_store, _stripped(paths, tmp_path / "stripped"))
+    covered = covered_profiler_steps(inferred, pipeline_per_step_figures(run_store, paths))
     assert covered == {6, 7, 8, 9}
-    profiled = pipeline_per_step_figures(_stripped(paths, tmp_path / "covered", keep=covered))
+    profiled = pipeline_per_step_figures(run_store, _stripped(paths, tmp_path / "covered", keep=covered))
     assert_same_per_step(inferred, profiled, expect={
         "ranks.h2d_time_ms", "h2d_stall.copies", "h2d_stall.mb", "h2d_stall.copy_ms", "h2d_stall.exposed_copy_ms",
         "launch_gap.idle_ms", "launch_gap.launches", "launch_gap.syncs", "launch_gap.tiny_kernel_runs",
         "host_sync.syncs", "host_sync.caller_calls", "host_sync.caller_blocked_ms"})
 
 
-def test_nccl_ranks_table_comm_per_inferred_step(shared_traces, tmp_path):
+def test_nccl_ranks_table_comm_per_inferred_step(shared_traces, tmp_path, run_store):
     # the one inferred iteration is ProfilerStep 6 (see above): its comm is the reference
     source = shared_traces / "nccl_allreduce_with_sizes.json.gz"
-    inferred = pipeline_per_step_figures(_stripped([source], tmp_path / "stripped"))
-    covered = covered_profiler_steps(inferred, pipeline_per_step_figures([source]))
-    profiled = pipeline_per_step_figures(_stripped([source], tmp_path / "covered", keep=covered))
+    inferred = pipeline_per_step_figures(run_store, _stripped([source], tmp_path / "stripped"))
+    covered = covered_profiler_steps(inferred, pipeline_per_step_figures(run_store, [source]))
+    profiled = pipeline_per_step_figures(run_store, _stripped([source], tmp_path / "covered", keep=covered))
     assert_same_per_step(inferred, profiled, expect={"ranks.comm_time_ms"})
     # and both are step 6's own communication (whole-trace comm over the one step was 47 ms)
-    con, run_id = ingest_clean([source])
-    step_comm_ms = con.execute("SELECT comm_ns / 1e6 FROM step_breakdown(?) WHERE step = 6", [run_id]).fetchone()[0]
-    con.close()
+    _, run_id = ingest_clean([source], run_store)
+    step_comm_ms = run_store.execute("SELECT comm_ns / 1e6 FROM step_breakdown(?) WHERE step = 6",
+                                     [run_id]).fetchone()[0]
     assert inferred["figures"][0]["ranks.comm_time_ms"] == pytest.approx(step_comm_ms, rel=REL_TOLERANCE)
 
 
