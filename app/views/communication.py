@@ -21,8 +21,10 @@ with left:
     with_comm = summary[summary["comm_overlap_pct"].notna()] if len(summary) else summary
     if len(with_comm):
         st.plotly_chart(charts.per_rank_bars(with_comm["comm_overlap_pct"], with_comm["rank"],
-                                             "Communication overlapped by compute (% of the whole trace's comm time, as HTA counts it)", unit="%"),
+                                             "Comm overlapped by compute (% of comm time, whole trace)", unit="%"),
                         width="stretch", key="overlap")
+        st.caption("Over the whole trace, as HTA counts it; a comm_exposed finding's overlap counts inside the "
+                   "steps only.")
 with right:
     # A rank x step grid rather than one line per rank: ranks with equal figures would draw on top
     # of each other and hide; here each rank keeps its row and its numbers.
