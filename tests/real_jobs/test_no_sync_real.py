@@ -55,17 +55,6 @@ def test_the_fix_lowers_the_cost_it_was_ranked_for(job):
     assert saved_ms > 0 and after < 0.75 * before, (before, after, saved_ms)
 
 
-def test_the_what_if_predicts_the_no_sync_saving(job):
-    # issue #26: the replay with 3 of every 4 all-reduce rounds gone, against the step no_sync
-    # measured (without the profiler); wider than the 25% target since on 2 loaded cores gloo's
-    # reductions also slow backward where the thread is not blocked, which no trace records
-    [finding] = job["before"]["comm"]
-    saved_ms = job["before"]["step_ms"] - job["after"]["step_ms"]
-    predicted = finding["whatif"]
-    print(f"no_sync: predicted saving {predicted['saving_ms']:.2f} ms, measured {saved_ms:.2f} ms")
-    assert 0.6 * saved_ms <= predicted["saving_ms"] <= 1.4 * saved_ms, (predicted, saved_ms)
-
-
 def test_one_round_per_optimizer_step_rules_no_sync_out(job):
     for finding in job["after"]["comm"]:
         assert finding["metrics"]["allreduce_rounds_per_step"] == 1
