@@ -4,39 +4,17 @@ file deleted or replaced under the running dashboard is reopened with a message,
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
 from analyzers.store.database import connect
+from tests.support.app_pages import goto, open_app, plain
 from tests.support.app_store import BEFORE_RUN, build_store
-from tests.support.paths import REPO_ROOT
-
-HOME = str(REPO_ROOT / "app" / "Home.py")
-
-
-def plain(markdown: str) -> str:
-    """What a reader sees of text escaped by app.ui.md (backslash escapes removed)."""
-    return re.sub(r"\\(.)", r"\1", markdown)
-
-
-def open_app(monkeypatch, db: Path, run_id: str | None = None) -> AppTest:
-    monkeypatch.setenv("TRACEDOCTOR_DB", str(db))
-    monkeypatch.setenv("TRACEDOCTOR_SAMPLES", "none")
-    at = AppTest.from_file(HOME, default_timeout=120)
-    if run_id is not None:
-        at.session_state["run_id"] = run_id
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def goto_load(at: AppTest) -> AppTest:
-    at.switch_page("views/load.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return goto(at, "views/load.py")
 
 
 def rank_trace(rank: int, world: int, start_us: int) -> str:

@@ -66,8 +66,9 @@ def build(rank: int, world_size: int, variant: str, config: dict[str, Any]) -> R
     """A DDP step; in the "periodic-N" variants, rank EVAL_RANK also evaluates and checkpoints every
     EVAL_EVERY-th step. With config["pin"], rank r runs on the r-th of _load_cpus(world_size).
     Checks: the wall-clock ms of every step run."""
-    if config.get("pin") and _load_cpus(world_size):
-        _pin_every_thread(_load_cpus(world_size)[rank])
+    cpus = _load_cpus(world_size) if config.get("pin") else []
+    if cpus:
+        _pin_every_thread(cpus[rank])
     model, optimizer = _model()
     checkpoint = Path(tempfile.mkdtemp()) / "checkpoint.pt"
     held_out = torch.randn(EVAL_BATCHES, 64, WIDTH, generator=torch.Generator().manual_seed(99))

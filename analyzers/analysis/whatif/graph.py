@@ -81,6 +81,14 @@ class RankGraph:
     def n_host(self) -> int:
         return len(self.h_type)
 
+    def host_step(self) -> np.ndarray:
+        """Per host node, the index of the step whose start and end markers hold it (a marker
+        shared by two steps: the later), -1 outside every step."""
+        step = np.full(self.n_host, -1, dtype=np.int64)
+        for k, (start, end) in enumerate(zip(self.step_start_node, self.step_end_node)):
+            step[start:end + 1] = k
+        return step
+
 
 @dataclass
 class RunGraph:

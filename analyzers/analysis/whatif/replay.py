@@ -242,11 +242,8 @@ def _gpu_work_per_step(g: RankGraph) -> float:
     n_steps = len(g.step_start_node)
     if not n_steps or not len(g.g_stream):
         return 0.0
-    inside = np.zeros(g.n_host, dtype=bool)
-    for start, end in zip(g.step_start_node, g.step_end_node):
-        inside[start:end + 1] = True
     counted = (g.g_launch >= 0) & (g.g_cat != G_WAIT)
-    counted[counted] = inside[g.g_launch[counted]]
+    counted[counted] = g.host_step()[g.g_launch[counted]] >= 0
     if not counted.any():
         return 0.0
     _, stream = np.unique(g.g_stream[counted], return_inverse=True)

@@ -22,7 +22,7 @@ def _transform(run, finding, t):
         loader = g.h_type == LOADER
         if not loader.any() or not len(g.step_measured_ns):
             return None
-        in_steps = loader & _inside_steps(g)
+        in_steps = loader & (g.host_step() >= 0)
         waits = g.h_dur[in_steps]
         other_ns = max(float(np.mean(g.step_measured_ns)) - waits.sum() / len(g.step_measured_ns), 0.0)
         new = g.h_dur.copy()
@@ -42,14 +42,6 @@ def _transform(run, finding, t):
         f"with workers gets DATALOADER_WORKER_SCALE={scale:g}x as many",
         "the workers run beside the training loop without slowing it (enough CPU cores)",
         f"the loop still spends DATALOADER_HANDOFF_NS={handoff / 1e6:g} ms per batch receiving it"])
-
-
-def _inside_steps(g) -> np.ndarray:
-    """Host nodes between a step's start and end markers."""
-    inside = np.zeros(g.n_host, dtype=bool)
-    for a, b in zip(g.step_start_node, g.step_end_node):
-        inside[a:b + 1] = True
-    return inside
 
 
 FIX_MODEL = FixModel(fix="more DataLoader workers (dataloader_tuning)", transform=_transform)

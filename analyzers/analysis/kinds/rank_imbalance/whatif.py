@@ -19,9 +19,7 @@ def _own_work(g):
     """(host mask of own work, GPU mask of compute) and the rank's work per step (ns)."""
     host_own = ~np.isin(g.h_type, (STEP, COMM_WAIT, COMM_ISSUE, LOADER)) & ~g.h_blocking
     compute = g.g_cat == G_COMPUTE
-    host_step = np.full(g.n_host, -1, dtype=np.int64)
-    for k, (a, b) in enumerate(zip(g.step_start_node, g.step_end_node)):
-        host_step[a:b + 1] = k
+    host_step = g.host_step()
     gpu_step = host_step[g.g_launch] if len(g.g_launch) else np.zeros(0, dtype=np.int64)
     n = len(g.step_start_node)
     host_ns = np.maximum(g.h_gap, 0) + np.where(host_own, g.h_dur, 0)
@@ -45,10 +43,11 @@ def _transform(run, finding, t):
     table = np.array([w[4][:n_steps] for w in works.values()])
     metrics = finding.get("metrics") or {}
     removed = metrics.get("imbalance_source") != "input" and metrics.get("lateness_pattern") != "moving"
+    mean = table.mean(axis=0)
     graphs, touched = [], {}
     for index, g in enumerate(run.ranks):
         host_own, compute, host_step, gpu_step, per_step = works[g.rank]
-        target = np.median(np.delete(table, index, axis=0), axis=0) if removed else table.mean(axis=0)
+        target = np.median(np.delete(table, index, axis=0), axis=0) if removed else mean
         factor = np.ones(len(per_step))
         factor[:n_steps] = np.where(per_step[:n_steps] > target, target / np.maximum(per_step[:n_steps], 1), 1.0)
         if (factor >= 1).all():
