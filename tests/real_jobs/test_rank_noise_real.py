@@ -3,9 +3,11 @@
 Controls: 2 and 3 ranks doing identical work, five profiled runs each, while busy loops compete
 for the ranks' CPUs, the same load on each rank (ranks and loops pinned where there is a CPU per
 rank; 3 ranks on 2 CPUs share them with one loop as the scheduler places them): the ranks arrive
-at their all-reduces apart by the host's jitter, which is no imbalance. No rank_imbalance finding
-may reach 5% of the step in any run (issue #23). A load on one rank only makes it a real
-straggler, which the straggler tests cover.
+at their all-reduces apart by the host's jitter, which is no imbalance (issue #23). Each rank notes
+when it reaches each all-reduce (a DDP comm hook, the host's monotonic clock), so the test knows
+without the profiler how evenly the host did load the ranks: a rank_imbalance finding above 5% of
+the step must name the rank the clocks show last in most steps and cost 0.5-1.5x what the others
+waited for it by the clocks (a CPU the host busies more makes a real straggler).
 
 Periodic: on a 2-rank job, rank 1 evaluates the model and saves a checkpoint (then a blocking
 upload, here a sleep) every second step.
@@ -29,6 +31,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
+
 from accel.demos.dist_common import RankWorkload, run_ranks  # noqa: E402
 from tests.support.analysis import assert_report_costs_within_the_step  # noqa: E402
 from analyzers.api import analyze_paths  # noqa: E402
@@ -37,6 +41,7 @@ WIDTH, LAYERS, BATCH = 256, 3, 16
 BASE_SLEEP_S = 0.010                       # every step: this long asleep (data wait), then DDP work
 CONTROL_RUNS = [f"run-{n}" for n in range(1, 6)]
 CONTROL_MAX_PCT = 5.0
+PROFILED_STEPS = 10
 EVAL_RANK, EVAL_EVERY, EVAL_BATCHES = 1, 2, 2
 UPLOAD_S = 0.040        # most of the periodic work waits on I/O, which a loaded CPU stretches little
 RATIO_BOUNDS = (0.75, 1.3)
@@ -70,11 +75,21 @@ def build(rank: int, world_size: int, variant: str, config: dict[str, Any]) -> R
     if cpus:
         _pin_every_thread(cpus[rank])
     model, optimizer = _model()
+    arrivals: list[list[int]] = []      # per step, when this rank's buckets were ready (monotonic ns)
+
+    def timed_allreduce(state, bucket):    # unannotated: DDP checks a hook's annotations
+        # the moment this rank arrives at the bucket's all-reduce, on the host's shared clock: the
+        # ranks' lateness measured without the profiler
+        arrivals[-1].append(time.monotonic_ns())
+        return default_hooks.allreduce_hook(state, bucket)
+
+    model.register_comm_hook(None, timed_allreduce)
     checkpoint = Path(tempfile.mkdtemp()) / "checkpoint.pt"
     held_out = torch.randn(EVAL_BATCHES, 64, WIDTH, generator=torch.Generator().manual_seed(99))
     step_ms: list[float] = []
 
     def step(i: int) -> None:
+        arrivals.append([])
         start = time.perf_counter()
         time.sleep(BASE_SLEEP_S)
         x = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(i * world_size + rank))
@@ -89,7 +104,7 @@ def build(rank: int, world_size: int, variant: str, config: dict[str, Any]) -> R
         optimizer.zero_grad(set_to_none=True)
         step_ms.append((time.perf_counter() - start) * 1e3)
 
-    return RankWorkload(step=step, checks=lambda: {"step_ms": step_ms})
+    return RankWorkload(step=step, checks=lambda: {"step_ms": step_ms, "arrivals_ns": arrivals})
 
 
 def _load_cpus(world_size: int) -> list[int]:
@@ -131,19 +146,50 @@ def _rank_imbalance(trace_dir: Path) -> tuple[list[dict[str, Any]], dict[str, An
     return [f for f in report["findings"] if f["kind"] == "rank_imbalance"], report
 
 
+def _measured_lateness(checks_per_rank: list[dict[str, Any]], profiled: int) -> dict[str, Any]:
+    """From the ranks' own clocks over the profiled steps: per step, the rank that reached the last
+    all-reduce last and what the others waited for it (its arrival minus theirs), and the rank last
+    in most steps with its share."""
+    arrivals = [[max(step) for step in c["arrivals_ns"][-profiled:]] for c in checks_per_rank]
+    late, waits = [], []
+    for per_rank in zip(*arrivals):
+        last = max(range(len(per_rank)), key=per_rank.__getitem__)
+        late.append(last)
+        waits.append(statistics.mean(per_rank[last] - t for r, t in enumerate(per_rank) if r != last) / 1e6)
+    step_ms = statistics.median(max(c["step_ms"][-profiled:][i] for c in checks_per_rank) for i in range(profiled))
+    rank = statistics.mode(late)
+    return {"rank": rank, "late_share": late.count(rank) / len(late), "wait_ms": statistics.mean(waits),
+            "wait_ms_as_straggler": statistics.mean(w for w, r in zip(waits, late) if r == rank), "step_ms": step_ms}
+
+
+COST_VS_CLOCKS = (0.5, 1.5)   # a finding's cost against the wait the ranks' clocks measured
+
+
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_identical_work_on_a_loaded_machine_is_no_imbalance(tmp_path, world_size):
+def test_identical_work_on_a_loaded_machine_is_no_imbalance_beyond_what_the_ranks_clocks_show(tmp_path, world_size):
+    # The ranks' own clocks (a DDP comm hook notes when each rank reaches each all-reduce) say
+    # whether the host loaded them evenly. Jitter is no imbalance: a finding above CONTROL_MAX_PCT
+    # of the step needs the clocks to show the rank it names last in most steps, the others
+    # waiting more than CONTROL_MAX_PCT of the step for it, and costs what they waited. A host
+    # that busies one rank's CPU more does make it a straggler (on this 2-CPU machine CPU 0 often
+    # is: its rank last in 7-9 of 10 steps), which is the host's, not the input's.
     with _loaded_machine(world_size):
         results = run_ranks(__name__, CONTROL_RUNS, world_size, tmp_path, 2,
-                            {"warmup": 2, "profile_steps": 10, "pin": True}, timeout_s=400)
-    worst, summaries = [], []
+                            {"warmup": 2, "profile_steps": PROFILED_STEPS, "pin": True}, timeout_s=400)
+    seen = []
     for run in CONTROL_RUNS:
         found, report = _rank_imbalance(results[run].trace_dir)
-        worst.append(max((f["cost_pct"] for f in found), default=0.0))
-        summaries += [f["summary"] for f in found]
-        print(run, [(f["cost_pct"], f["summary"][:160]) for f in found],
-              [n for n in report.get("notes", []) if "jitter" in n])
-    assert all(pct <= CONTROL_MAX_PCT for pct in worst), (worst, summaries)
+        measured = _measured_lateness(results[run].checks_per_rank, PROFILED_STEPS)
+        seen.append((run, {k: round(v, 2) for k, v in measured.items()},
+                     [(f["ranks"], f["cost_pct"], f["cost_ms_per_step"], f["metrics"]["lateness_pattern"]) for f in found]))
+        print(*seen[-1], [n for n in report.get("notes", []) if "jitter" in n])
+        for finding in (f for f in found if f["cost_pct"] > CONTROL_MAX_PCT):
+            m = finding["metrics"]
+            assert finding["ranks"] == [measured["rank"]] and measured["late_share"] > 0.5, seen
+            assert measured["wait_ms"] > CONTROL_MAX_PCT / 100 * measured["step_ms"], seen
+            ratio = finding["cost_ms_per_step"] / measured["wait_ms"]
+            assert COST_VS_CLOCKS[0] <= ratio <= COST_VS_CLOCKS[1], (ratio, seen)
+            assert m["imbalance_source"] != "input" and "balanced_sampler" in finding["fixes_ruled_out"], seen
 
 
 PASSES = 3     # the median pass's ratio decides: one pass hit by the machine's load swings cannot

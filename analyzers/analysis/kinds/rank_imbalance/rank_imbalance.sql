@@ -13,7 +13,8 @@
 -- RANK_LATENESS_MIN_STEP_FRACTION of the step. Over the ordinary steps, the pattern is:
 --   persistent  one rank last in more than STRAGGLER_MIN_STEP_SHARE of them, its median lateness
 --               beyond STRAGGLER_MIN_LATENESS_SIGMAS robust standard deviations of its own lateness
---               and of the steadiest rank's work;
+--               and of the steadiest rank's work; or one rank last beyond the noise (as for
+--               moving) in more than STRAGGLER_MIN_STEP_SHARE of them;
 --   periodic    one rank late, beyond STRAGGLER_MIN_LATENESS_SIGMAS robust standard deviations of
 --               its lateness in the other steps and of the steadiest rank's work, in at least PERIODIC_MIN_PHASE_SHARE of the steps
 --               (3 or more) of one phase of a period k (every k-th step: an eval, a checkpoint);
@@ -115,9 +116,12 @@ WITH rb AS MATERIALIZED (
     -- persistent: last in most steps, its median lateness beyond its own step-to-step spread of it
     -- and the steadiest rank's work jitter (the straggler's own work may vary: uneven lengths),
     -- and beyond the share of the step
-    SELECT *, late_steps > straggler_min_step_share * steps_compared
-              AND lateness_ns > straggler_min_lateness_sigmas * greatest(lateness_sigma_ns, (SELECT steadiest_jitter_ns FROM noise))
-              AND lateness_ns > (SELECT floor_ns FROM step_floor) AS persistent
+    -- or last beyond the noise in most steps (the same rank each time, however much its lateness
+    -- varies: that is no moving imbalance)
+    SELECT *, (late_steps > straggler_min_step_share * steps_compared
+               AND lateness_ns > straggler_min_lateness_sigmas * greatest(lateness_sigma_ns, (SELECT steadiest_jitter_ns FROM noise))
+               AND lateness_ns > (SELECT floor_ns FROM step_floor))
+              OR significant_steps > straggler_min_step_share * steps_compared AS persistent
     FROM persistence
 ), candidates AS (
     -- periodic lateness: rank, period (2 .. a third of the steps: 3 or more steps per phase), phase
