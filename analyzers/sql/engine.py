@@ -22,6 +22,7 @@ import contextlib
 import functools
 import graphlib
 import hashlib
+import os
 import re
 import threading
 import weakref
@@ -136,6 +137,44 @@ def ensure_loaded(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
             con.execute(f"INSERT INTO {table} VALUES (?)", [library_hash()])
         _loaded.add(con)
     return con
+
+
+TEMPLATE_DIR_ENV_VAR = "TRACEDOCTOR_CACHE_DIR"
+
+
+def _template_dir() -> Path:
+    """$TRACEDOCTOR_CACHE_DIR, else $XDG_CACHE_HOME/tracedoctor (~/.cache by default)."""
+    if os.environ.get(TEMPLATE_DIR_ENV_VAR):
+        return Path(os.environ[TEMPLATE_DIR_ENV_VAR]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracedoctor"
+
+
+def store_template() -> Path:
+    """A store file holding the empty schema and this SQL library, built once per library, schema
+    and DuckDB version in the user's cache: new stores start as a copy (database.connect), which
+    takes ~0.1 s where loading the library's macros from their files takes 1-2.5 s."""
+    from analyzers.store import database
+
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(library_hash().encode() + database.SCHEMA_FILE.read_bytes() + duckdb.__version__.encode())
+    path = _template_dir() / f"store-template-{digest.hexdigest()}.duckdb"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        con = database.connect(partial, from_template=False)
+        try:
+            ensure_loaded(con)
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+        os.replace(partial, path)        # whole or not at all; a concurrent builder's copy is the same
+    finally:
+        for leftover in (partial, partial.with_name(partial.name + ".wal")):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+    return path
 
 
 # Per-run views that several analyses of one analyze_run read, in dependency order. Each is
@@ -341,3 +380,12 @@ def run_cache(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: Mapping[s
         yield cache
     finally:
         cache.drop()
+
+
+def _register_store_template() -> None:
+    from analyzers.store import database
+
+    database.set_new_store_template(store_template)
+
+
+_register_store_template()

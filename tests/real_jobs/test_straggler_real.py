@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from accel.demos.dist_common import free_port, leave_rank_process
-from tests.support.analysis import ingest_clean
+from tests.support.analysis import find_in_run_cache, ingest_clean
 from analyzers.analysis.kinds import rank_imbalance
 from analyzers.analysis.context import build_context
 
@@ -126,7 +126,7 @@ def job(tmp_path_factory) -> dict:
 def _analyze(run) -> tuple[list, list[str]]:
     con, run_id, _ = run
     ctx = build_context(con, run_id, {"MIN_FINDING_PCT": 0.0})   # everything it measures, however small
-    return rank_imbalance.find(con, run_id, ctx), ctx.notes
+    return find_in_run_cache(rank_imbalance, con, run_id, ctx), ctx.notes
 
 
 def test_traces_have_the_scheduled_steps_and_gloo_collectives(job):
@@ -158,7 +158,7 @@ def test_control_with_equal_work_has_no_imbalance_worth_reporting(job):
 
 def test_one_spike_is_a_step_outlier_not_a_straggler(job):
     con, run_id, _ = job["spike"]
-    assert rank_imbalance.find(con, run_id, build_context(con, run_id)) == []   # nothing reported
+    assert find_in_run_cache(rank_imbalance, con, run_id, build_context(con, run_id)) == []   # nothing reported
     findings, notes = _analyze(job["spike"])
     first_step = con.execute("SELECT min(step) FROM steps(?)", [run_id]).fetchone()[0]
     spike_step = first_step + SPIKE_ACTIVE_STEP

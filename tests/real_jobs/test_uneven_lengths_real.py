@@ -29,7 +29,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from accel.demos.dist_common import RankWorkload, run_ranks  # noqa: E402
-from tests.support.analysis import split_trace_by_variant  # noqa: E402
+from tests.support.analysis import find_in_run_cache, split_trace_by_variant  # noqa: E402
 from analyzers.analysis.kinds import rank_imbalance  # noqa: E402
 from analyzers.analysis.context import build_context  # noqa: E402
 from analyzers.ingest import ingest_paths  # noqa: E402
@@ -125,7 +125,7 @@ def imbalance(con, split_dir: Path) -> list:
     reporting floor: everything it measures, however small."""
     result = ingest_paths(con, [str(p) for p in sorted(split_dir.glob("rank-*.json.gz"))])
     assert result.run_id and not result.errors
-    return rank_imbalance.find(con, result.run_id, build_context(con, result.run_id, {"MIN_FINDING_PCT": 0.0}))
+    return find_in_run_cache(rank_imbalance, con, result.run_id, build_context(con, result.run_id, {"MIN_FINDING_PCT": 0.0}))
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 
 from analyzers.common import thresholds as th
 from analyzers.analysis.kinds import rank_imbalance
-from tests.support.analysis import ingest_clean, run_analysis
+from tests.support.analysis import find_in_run_cache, ingest_clean, run_analysis
 from analyzers.analysis.context import build_context
 from sample_traces.synthesize import synthesize
 
@@ -120,7 +120,7 @@ def test_one_rank_of_a_gloo_job_gets_a_plain_note(shared_traces):
     path = shared_traces / "cpu_only_rank34.json.gz"
     con, run_id = ingest_clean([path])
     ctx = build_context(con, run_id)
-    assert rank_imbalance.find(con, run_id, ctx) == []
+    assert find_in_run_cache(rank_imbalance, con, run_id, ctx) == []
     [note] = [n for n in ctx.notes if "rank imbalance" in n]
     # independent figure: gloo:all_reduce time inside the ProfilerStep, over the step
     import gzip
@@ -197,7 +197,7 @@ def _gloo_run(tmp_path: Path, compute_us: list[list[int]]):
 
 def _find_with_notes(con, run_id, **thresholds):
     ctx = build_context(con, run_id, thresholds or None)
-    return rank_imbalance.find(con, run_id, ctx), ctx.notes
+    return find_in_run_cache(rank_imbalance, con, run_id, ctx), ctx.notes
 
 
 def test_one_spike_is_a_step_outlier_not_a_straggler(tmp_path):

@@ -35,7 +35,7 @@ from analyzers.analysis.kinds import fp32_matmul
 from analyzers.analysis.context import build_context
 from sample_traces.synthesize import synthesize
 
-from tests.support.analysis import ingest_clean
+from tests.support.analysis import find_in_run_cache, ingest_clean
 
 # |inferred - profiled| may be REL_TOLERANCE of the profiled figure, or STEP_TOLERANCE of the
 # rank's mean step for figures that are a tiny part of it (a few microseconds of boundary offset)
@@ -76,7 +76,7 @@ def per_step_figures(store, paths: list[Path]) -> dict[str, Any]:
     ctx = build_context(con, run_id)
     figures: dict[int, dict[str, float]] = {rank: {} for rank in ctx.ranks}
     step_ms = {rank: (info.mean_step_ns or 0) / 1e6 for rank, info in ctx.ranks.items()}
-    for finding in fp32_matmul.find(con, run_id, ctx):
+    for finding in find_in_run_cache(fp32_matmul, con, run_id, ctx):
         figures[finding.rank]["fp32_matmul_ms"] = finding.metrics["fp32_matmul_ms_per_step"]
     for rank, work, comm, exposed, lost in con.execute(
             "SELECT rank, work_ns_per_step, comm_ns_per_step, exposed_ns_per_step, lost_ns_per_step "
@@ -251,7 +251,7 @@ def pipeline_per_step_figures(store, paths: list[Path]) -> dict[str, Any]:
                     "copy_ms_per_step", "sync_copies_per_step"),
     }
     for module, keys in per_finding.items():
-        for finding in module.find(con, run_id, ctx):
+        for finding in find_in_run_cache(module, con, run_id, ctx):
             # named without "_per_step": "_ms" at the end marks the figures in ms
             figures[finding.rank].update({f"{module.SPEC.kind}.{key.removesuffix('_per_step')}": finding.metrics[key]
                                           for key in keys})
