@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import tempfile
 import time
 from contextlib import contextmanager
@@ -23,9 +22,11 @@ MEMORY_LIMIT_ENV_VAR = "TRACEDOCTOR_MEMORY_LIMIT"
 # for 8 ranks of 1 GB); with a cap that a 1 GB rank needs, memory stays flat as ranks grow
 # (bench/README.md "Bounded memory").
 DEFAULT_MEMORY_LIMIT = "1GB"
-# Where a new store starts from: a provider of a store file to copy (analyzers.sql.engine sets one
-# holding the schema and the SQL library, so a new store skips parsing the library's macros, 1-2.5 s);
-# None, a provider returning None or a copy that fails: the store starts empty.
+# Where a new in-memory store starts from: a provider of a store file to copy (analyzers.sql.engine
+# sets one holding the schema and the SQL library, so a one-shot analysis skips parsing the library's
+# macros, 1-2.5 s). A file store keeps the library once loaded, and starts empty: a copied file's
+# free blocks would outlive a failed append's reclaim. None, a provider returning None or a copy
+# that fails: the store starts empty.
 _new_store_template: Callable[[], Path | None] | None = None
 _MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
 
@@ -90,7 +91,7 @@ def _on_read_only_mount(folder: Path) -> bool:
 
 
 def set_new_store_template(provider: Callable[[], Path | None] | None) -> None:
-    """New stores (a file not yet there, or in memory) start as a copy of provider()'s file."""
+    """New in-memory stores start as a copy of provider()'s file."""
     global _new_store_template
     _new_store_template = provider
 
@@ -100,23 +101,6 @@ def _template() -> Path | None:
         return _new_store_template() if _new_store_template else None
     except (OSError, duckdb.Error):      # an unwritable cache, a full disk: start empty
         return None
-
-
-def _copy_template_to(path: Path) -> None:
-    """Create the store file at `path` as a copy of the template; never replaces a file another
-    process created meanwhile (the copy is linked into place, which fails where a file is)."""
-    template = _template()
-    if template is None:
-        return
-    partial = path.with_name(f".{path.name}.{os.getpid()}.template")
-    try:
-        shutil.copyfile(template, partial)
-        os.link(partial, path)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            partial.unlink()
 
 
 def _copy_template_into_memory(con: duckdb.DuckDBPyConnection) -> None:
@@ -144,15 +128,13 @@ def connect(db_path: str | os.PathLike | None = None, read_only: bool | None = F
     cannot be created raises duckdb.IOException.
     ensure_schema False skips the migration and CREATE IF NOT EXISTS statements, for a caller
     that reopens a store it has already brought up to date (the dashboard, on every click).
-    from_template: a new writable store starts as a copy of the template (set_new_store_template).
+    from_template: a new in-memory store starts as a copy of the template (set_new_store_template).
     """
     path = str(db_path) if db_path is not None else str(default_db_path())
     if read_only is None:
         read_only = path != ":memory:" and Path(path).exists() and store_not_writable(path) is not None
     if path != ":memory:" and not read_only:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        if from_template and not Path(path).exists():
-            _copy_template_to(Path(path))
     if read_only and path != ":memory:":
         # DuckDB refuses every CREATE on a read-only database, the analyzers' macros included: the
         # store is attached read-only beside an in-memory database that takes them

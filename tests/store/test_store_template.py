@@ -1,5 +1,5 @@
-"""New stores start as a copy of the store template (the schema and the SQL library, built once per
-version in the user's cache), so a new store does not parse the library's macros again."""
+"""New in-memory stores start as a copy of the store template (the schema and the SQL library, built
+once per version in the user's cache), so a one-shot analysis does not parse the library's macros."""
 from __future__ import annotations
 
 import pytest
@@ -12,13 +12,12 @@ def _refuse_loading(*_args, **_kwargs):
     raise AssertionError("the SQL library was parsed again instead of copied from the template")
 
 
-@pytest.mark.parametrize("where", ["file", "memory"])
-def test_a_new_store_has_the_library_without_loading_it(tmp_path, monkeypatch, where):
+def test_a_new_in_memory_store_has_the_library_without_loading_it(tmp_path, monkeypatch):
     monkeypatch.setenv(engine.TEMPLATE_DIR_ENV_VAR, str(tmp_path / "cache"))
     template = engine.store_template()
     assert template.parent == tmp_path / "cache" and template.exists()
     monkeypatch.setattr(engine, "load_sql", _refuse_loading)
-    con = connect(tmp_path / "new.duckdb" if where == "file" else ":memory:")
+    con = connect(":memory:")
     engine.ensure_loaded(con)
     assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM steps('no such run')").fetchone() == (0,)
@@ -28,17 +27,14 @@ def test_without_a_usable_cache_a_new_store_loads_the_library_itself(tmp_path, m
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("")
     monkeypatch.setenv(engine.TEMPLATE_DIR_ENV_VAR, str(blocked))
-    con = engine.ensure_loaded(connect(tmp_path / "new.duckdb"))
+    con = engine.ensure_loaded(connect(":memory:"))
     assert con.execute("SELECT count(*) FROM steps('no such run')").fetchone() == (0,)
-    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())    # no partial copy left
 
 
-def test_an_existing_store_is_never_replaced_by_the_template(tmp_path, monkeypatch):
+def test_a_new_file_store_starts_empty_and_keeps_the_library_once_loaded(tmp_path, monkeypatch):
     monkeypatch.setenv(engine.TEMPLATE_DIR_ENV_VAR, str(tmp_path / "cache"))
     path = tmp_path / "kept.duckdb"
-    con = connect(path)
-    con.execute("INSERT INTO runs (run_id, name, created_at, content_hash, world_size) "
-                "VALUES ('kept', 'kept', now(), 'x', 1)")
-    con.close()
-    again = connect(path)
-    assert again.execute("SELECT run_id FROM runs").fetchall() == [("kept",)]
+    engine.ensure_loaded(connect(path)).close()
+    monkeypatch.setattr(engine, "load_sql", _refuse_loading)
+    again = engine.ensure_loaded(connect(path))
+    assert again.execute("SELECT count(*) FROM steps('no such run')").fetchone() == (0,)

@@ -27,8 +27,8 @@ SPEC = AnalysisSpec(
     evidence=EvidenceSeries("idle_ms", "GPU idle per step, every cause",
                             "This finding counts {idle_ms_per_step:.2f} ms/step of it: the gaps the process spent outside every profiled op."),
     metric_keys=frozenset({"gpu", "holes_per_step", "idle_ms_per_step", "longest_hole_ms", "before_op",
-                           "after_op", "python_frames", "step_time_ms", "untraced_ms_per_step",
-                           "untraced_pct_of_step"}),
+                           "after_op", "python_frames", "step_time_ms", "steps_with_holes", "steps_compared",
+                           "untraced_ms_per_step", "untraced_pct_of_step"}),
     measured_without_gpu=True,
     gap_cause="untraced",
 )
@@ -44,10 +44,11 @@ _HOLES_SQL = """
         FROM steps(?) s LEFT JOIN holes h ON h.rank = s.rank AND h.step = s.step
         GROUP BY ALL
     ), typical AS (
-        SELECT rank, median(ns) AS median_step_ns FROM per_step GROUP BY rank
+        SELECT rank, median(ns) AS median_step_ns, count(*) AS n_steps FROM per_step GROUP BY rank
     )
     SELECT h.rank, count(*) AS holes, sum(h.dur_ns) AS untraced_ns, max(h.dur_ns) AS longest_ns,
-           any_value(t.median_step_ns) AS median_step_ns,
+           any_value(t.median_step_ns) AS median_step_ns, any_value(t.n_steps) AS n_steps,
+           list(DISTINCT h.step ORDER BY h.step) AS hole_steps,
            arg_max(h.step, (h.dur_ns, -h.start_ns)) AS worst_step,
            arg_max(h.start_ns, (h.dur_ns, -h.start_ns)) AS worst_start_ns,
            arg_max(h.end_ns, (h.dur_ns, -h.start_ns)) AS worst_end_ns,
@@ -108,6 +109,8 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
             "after_op": h["after_name"],
             "python_frames": frames or None,
             "step_time_ms": to_ms(info.mean_step_ns),
+            "steps_with_holes": h["hole_steps"],
+            "steps_compared": h["n_steps"],
             "gpu": info.has_gpu,
         }
         where = (f" The longest hole ({metrics['longest_hole_ms']:.2f} ms) follows {h['before_name'] or 'the step start'}"
@@ -121,6 +124,10 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any) -> list[Finding]
         else:
             summary = (f"Rank {rank} (no GPU activity): {metrics['untraced_ms_per_step']:.2f} ms per step "
                        f"({metrics['untraced_pct_of_step']:.0f}% of the step) pass outside every profiled op.")
+        if len(h["hole_steps"]) < h["n_steps"]:
+            # holes in some steps only (every k-th step: an evaluation, a checkpoint, an upload)
+            where += (f" The holes open in {len(h['hole_steps'])} of {h['n_steps']} steps "
+                      f"({', '.join(str(step) for step in h['hole_steps'])}), so the mean per step spreads them.")
         findings.append(ctx.make(KIND, f"{KIND}:r{rank}", rank=rank, cost_ns=cost_ns, summary=summary + where,
                                  metrics=metrics, step=h["worst_step"], t_start_ns=h["worst_start_ns"],
                                  t_end_ns=h["worst_end_ns"]))
