@@ -149,21 +149,29 @@ def _template_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracedoctor"
 
 
-def store_template() -> Path:
-    """A store file holding the empty schema and this SQL library, built once per library, schema
-    and DuckDB version in the user's cache: new stores start as a copy (database.connect), which
-    takes ~0.1 s where loading the library's macros from their files takes 1-2.5 s."""
+@functools.cache
+def _template_name() -> str:
+    """The template's file name: one per library, schema and DuckDB version."""
     from analyzers.store import database
 
     digest = hashlib.blake2b(digest_size=8)
     digest.update(library_hash().encode() + database.SCHEMA_FILE.read_bytes() + duckdb.__version__.encode())
-    path = _template_dir() / f"store-template-{digest.hexdigest()}.duckdb"
+    return f"store-template-{digest.hexdigest()}.duckdb"
+
+
+def store_template() -> Path:
+    """A store file holding the empty schema and this SQL library, built once per library, schema
+    and DuckDB version in the user's cache: new in-memory stores start as a copy (database.connect),
+    which takes ~0.1 s where loading the library's macros from their files takes 1-2.5 s."""
+    from analyzers.store import database
+
+    path = _template_dir() / _template_name()
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     try:
-        con = database.connect(partial, from_template=False)
+        con = database.connect(partial)      # a file store: never from the template
         try:
             ensure_loaded(con)
             con.execute("CHECKPOINT")

@@ -1,7 +1,6 @@
 """The DuckDB store: where it lives, how to open it, and its schema."""
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import tempfile
@@ -118,7 +117,7 @@ def _copy_template_into_memory(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def connect(db_path: str | os.PathLike | None = None, read_only: bool | None = False,
-            ensure_schema: bool = True, from_template: bool = True) -> duckdb.DuckDBPyConnection:
+            ensure_schema: bool = True) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) the store and make sure the schema exists.
 
     db_path None means default_db_path(); ":memory:" gives a throwaway in-memory store.
@@ -128,7 +127,7 @@ def connect(db_path: str | os.PathLike | None = None, read_only: bool | None = F
     cannot be created raises duckdb.IOException.
     ensure_schema False skips the migration and CREATE IF NOT EXISTS statements, for a caller
     that reopens a store it has already brought up to date (the dashboard, on every click).
-    from_template: a new in-memory store starts as a copy of the template (set_new_store_template).
+    A new in-memory store starts as a copy of the template (set_new_store_template).
     """
     path = str(db_path) if db_path is not None else str(default_db_path())
     if read_only is None:
@@ -143,7 +142,7 @@ def connect(db_path: str | os.PathLike | None = None, read_only: bool | None = F
         con.execute("SET search_path = 'memory.main,store.main'")
     else:
         con = duckdb.connect(path, read_only=read_only)
-        if path == ":memory:" and from_template:
+        if path == ":memory:":
             _copy_template_into_memory(con)
     # DuckDB draws a progress bar on stdout for statements over 2 s (a big ingest): never in
     # the CLI's JSON, never in a server's log
