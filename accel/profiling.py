@@ -5,6 +5,8 @@ per op, which would flatter fixes that cut op counts), the trace from a short pr
 """
 from __future__ import annotations
 
+import gc
+
 import gzip
 import json
 import statistics
@@ -165,16 +167,19 @@ def trace_rank_memory(trace: Path) -> list[dict]:
 MIB = float(1 << 20)
 
 
-def profile_memory_pair(steps_by_side: dict[str, Callable[[int], object]], steps: int, out_dir: Path,
-                        device: str) -> tuple[list[Path], dict[str, object]]:
-    """Profile each side's fresh step function (before, after) with profile_memory_from_start into
-    out_dir/<side>.json.gz; returns the traces and the checks every memory demo reports: each
-    trace's peak as TraceDoctor reads it and as torch's memory timeline gives it, in MiB, the drop
-    and the ratio (None where the trace holds no memory events)."""
+def profile_memory_pair(step_factories: dict[str, Callable[[], Callable[[int], object]]], steps: int,
+                        out_dir: Path, device: str) -> tuple[list[Path], dict[str, object]]:
+    """Profile each side (before, after) with profile_memory_from_start into out_dir/<side>.json.gz,
+    building its model and step function from its factory only then and freeing them after: a GPU
+    trace's allocated total counts every live tensor of the process, so the other side's model
+    must not be alive. Returns the traces and the checks every memory demo reports: each trace's
+    peak as TraceDoctor reads it and as torch's memory timeline gives it, in MiB, the drop and the
+    ratio (None where the trace holds no memory events)."""
     traces, ours, theirs = [], [], []
-    for side, step_fn in steps_by_side.items():
+    for side, factory in step_factories.items():
         trace = Path(out_dir) / f"{side}.json.gz"
-        theirs.append(profile_memory_from_start(step_fn, steps, trace, device))
+        release_device_memory(device)
+        theirs.append(profile_memory_from_start(factory(), steps, trace, device))
         ranks = trace_rank_memory(trace)
         ours.append(ranks[0]["peak_allocated_bytes"] if ranks else None)
         traces.append(trace)
@@ -187,6 +192,15 @@ def profile_memory_pair(steps_by_side: dict[str, Callable[[int], object]], steps
         "torch_timeline_peak_mib_before": round(theirs[0] / MIB, 2),
         "torch_timeline_peak_mib_after": round(theirs[1] / MIB, 2),
     }
+
+
+def release_device_memory(device: str) -> None:
+    """Collect unreachable objects and, on CUDA, return the caching allocator's free blocks, so the
+    next profile's allocated totals start from what is alive."""
+    gc.collect()
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 @contextmanager

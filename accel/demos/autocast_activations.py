@@ -64,9 +64,11 @@ def _run(out_dir: Path, device: str, steps: int) -> DemoResult:
     times = time_steps_interleaved(variants, steps, device, warmup=1)
     activation_bytes = 2 * LAYERS * BATCH * WIDTH * 4      # each layer keeps its output and its GELU's, FP32
 
-    fresh = {side: build(device) for side in ("before", "after")}
-    traces, peaks = profile_memory_pair({side: make_step(*fresh[side], device, autocast=side == "after")
-                                         for side in ("before", "after")}, min(PROFILED_STEPS, steps), out_dir, device)
+    del built, variants        # a GPU trace's allocated total counts every live tensor
+    traces, peaks = profile_memory_pair(
+        {side: (lambda flag=side == "after": make_step(*build(device), device, autocast=flag))
+         for side in ("before", "after")},
+        min(PROFILED_STEPS, steps), out_dir, device)
 
     drift = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(*losses))
     checks = {

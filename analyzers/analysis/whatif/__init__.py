@@ -127,7 +127,8 @@ def analyse_whatif(con: duckdb.DuckDBPyConnection, run_id: str, findings: list[M
         saving = max(replayed - step_after, 0.0)
         on_path = sum(paths[rank].touched_ns(hit.host, hit.gpu, hit.host_lead, hit.host_lead_cap)
                       for rank, hit in effect.touched.items() if rank in paths)
-        out[fid] = {"fix": model.fix, "step_ms_after": round((measured - saving) / 1e6, 3),
+        out[fid] = {"fix": model.fix, "fix_ids": model.predicts(f),
+                    "step_ms_after": round((measured - saving) / 1e6, 3),
                     "saving_ms": round(saving / 1e6, 3),
                     "on_critical_path_ms": round(on_path / max(n_steps, 1) / max(len(paths), 1) / 1e6, 3),
                     "assumptions": list(effect.assumptions)}

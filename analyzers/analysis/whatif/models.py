@@ -38,9 +38,20 @@ Transform = Callable[[RunGraph, Mapping[str, Any], Mapping[str, float]], "FixEff
 
 @dataclass(frozen=True)
 class FixModel:
-    """A kind's fix model: the fix it stands for, in words, and its transform."""
+    """A kind's fix model: the fix it stands for, in words, its transform, and the accel fix ids whose
+    effect the transform predicts (a demo checks the prediction only against those). With
+    by_first_fix the transform follows the finding's first fix, so it predicts that one alone."""
     fix: str
     transform: Transform
+    fix_ids: tuple[str, ...] = ()
+    by_first_fix: bool = False
+
+    def predicts(self, finding: Mapping[str, Any]) -> list[str]:
+        """The fix ids this model's prediction stands for on this finding."""
+        if not self.by_first_fix:
+            return list(self.fix_ids)
+        first = next(iter(finding.get("fixes") or []), None)
+        return [first] if first in self.fix_ids else []
 
 
 def finding_ranks(run: RunGraph, finding: Mapping[str, Any]) -> list[int]:

@@ -44,4 +44,5 @@ def _transform(run, finding, t):
         f"the loop still spends DATALOADER_HANDOFF_NS={handoff / 1e6:g} ms per batch receiving it"])
 
 
-FIX_MODEL = FixModel(fix="more DataLoader workers (dataloader_tuning)", transform=_transform)
+FIX_MODEL = FixModel(fix="more DataLoader workers (dataloader_tuning)", transform=_transform,
+                     fix_ids=("dataloader_tuning",))

@@ -23,4 +23,5 @@ def _transform(run, finding, t):
         "so an upper bound"])
 
 
-FIX_MODEL = FixModel(fix="tensor cores for FP32 matmuls (tf32_matmul / amp_autocast)", transform=_transform)
+FIX_MODEL = FixModel(fix="tensor cores for FP32 matmuls (tf32_matmul / amp_autocast)", transform=_transform,
+                     fix_ids=("tf32_matmul", "amp_autocast"))

@@ -51,4 +51,4 @@ def _transform(run, finding, t):
 
 
 FIX_MODEL = FixModel(fix="prefetched, pinned, non-blocking host-to-device copies (cuda_prefetcher)",
-                     transform=_transform)
+                     transform=_transform, fix_ids=("cuda_prefetcher",))

@@ -50,4 +50,6 @@ def _transform(run, finding, t):
         f"CUDA_GRAPH_NODE_GAP_NS={node_gap} ns after the one before"])
 
 
-FIX_MODEL = FixModel(fix="CUDA graphs (cuda_graph / torch.compile reduce-overhead)", transform=_transform)
+FIX_MODEL = FixModel(fix="the whole step captured in CUDA graphs (cuda_graph; torch.compile's reduce-overhead "
+                          "captures only the compiled regions, not an eager optimizer)",
+                     transform=_transform, fix_ids=("cuda_graph", "serving_cuda_graphs"))

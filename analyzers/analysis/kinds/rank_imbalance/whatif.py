@@ -79,4 +79,5 @@ def _transform(run, finding, t):
 
 
 FIX_MODEL = FixModel(fix="the straggler's extra work balanced over the ranks (uneven data) or removed (the same "
-                         "work slower on one rank, a stall, periodic work)", transform=_transform)
+                         "work slower on one rank, a stall, periodic work)", transform=_transform,
+                     fix_ids=("balanced_sampler",), by_first_fix=True)

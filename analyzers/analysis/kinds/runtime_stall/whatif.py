@@ -20,4 +20,5 @@ def _transform(run, finding, t):
         "in the step"])
 
 
-FIX_MODEL = FixModel(fix="no slow runtime calls in the step (allocator_tuning)", transform=_transform)
+FIX_MODEL = FixModel(fix="no slow runtime calls in the step (allocator_tuning)", transform=_transform,
+                     fix_ids=("allocator_tuning", "drop_empty_cache"))

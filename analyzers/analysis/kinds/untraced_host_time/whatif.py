@@ -35,4 +35,4 @@ def _transform(run, finding, t):
 
 
 FIX_MODEL = FixModel(fix="move the step's untraced Python into DataLoader workers (preprocess_in_workers)",
-                     transform=_transform)
+                     transform=_transform, fix_ids=("preprocess_in_workers",))
