@@ -10,6 +10,7 @@ from analyzers.common.contract import where_text
 from analyzers.analysis.kinds import analysis_specs
 from analyzers.store.runs import MARK_LABELS   # one naming of review marks for the pages and the reports
 from analyzers.common.safe_text import csv_cell, page_markdown
+from analyzers.common import units
 from app import auth, state
 
 KIND_TITLES = {kind: spec.title for kind, spec in analysis_specs().items()}   # declared by each analysis
@@ -43,8 +44,7 @@ def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
 
 def human_bytes(value: Any) -> str:
     """597688320 -> '570.0 MiB' (binary units); '' for a missing size."""
-    if value is None or pd.isna(value):
-        return ""
+    return units.human_bytes(None if value is pd.NA or value is pd.NaT else value, decimals=1, missing="")
     size = float(value)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(size) < 1024 or unit == "TiB":

@@ -32,6 +32,7 @@ from .parse import part_counts, remove_parts
 from .ranks import utf8_text
 from .stream_split import RangeSplitter, SplitTrace
 from analyzers.common.tempfiles import temp_dir_failure
+from analyzers.common.units import human_bytes
 
 CHUNK = 8 << 20
 HASH_CHUNK = 32 << 20   # big enough for blake3 to spread one update over all cores
@@ -283,13 +284,6 @@ def _gzip_size_hint(path: Path, compressed_size: int) -> int | None:
         fh.seek(-4, os.SEEK_END)
         size = int.from_bytes(fh.read(4), "little")
     return size if size >= compressed_size else None
-
-
-def human_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n} bytes"
 
 
 def _plain(exc: BaseException) -> str:

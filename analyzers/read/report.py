@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 import duckdb
 
 from analyzers.analysis.kinds import analysis_specs
-from analyzers.analysis.kinds.memory_common import human_bytes
+from analyzers.common.units import human_bytes
 from analyzers.common.contract import finding_contract, where_text
 from analyzers.analysis.metrics import rank_summary
 from analyzers.read.fixes import fix_card, install_hint

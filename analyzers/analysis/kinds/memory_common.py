@@ -11,21 +11,10 @@ from analyzers.analysis.context import jsonable
 from analyzers.common.contract import clip_strings
 from analyzers.common.model import Finding
 from analyzers.common.safe_text import SUMMARY_LIMIT, clip
+from analyzers.common.units import human_bytes
 
 MEMORY_METRIC_KEYS = frozenset({"cost_bytes", "cost_pct_of_device_memory", "device", "device_total_bytes",
                                 "peak_allocated_bytes", "peak_reserved_bytes"})
-
-
-def human_bytes(n: float | None) -> str:
-    """1048576 -> '1.00 MiB' (binary units)."""
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.2f} {unit}"
-        value /= 1024
-    return f"{value:,.2f} TiB"
 
 
 def memory_severity(pct: float | None, thresholds: Mapping[str, float]) -> str:

@@ -16,7 +16,8 @@ from typing import Any
 import duckdb
 
 from analyzers.analysis.kinds import query
-from analyzers.analysis.kinds.memory_common import MEMORY_METRIC_KEYS, human_bytes, memory_evidence, memory_finding
+from analyzers.analysis.kinds.memory_common import MEMORY_METRIC_KEYS, memory_evidence, memory_finding
+from analyzers.common.units import human_bytes
 from analyzers.common.model import AnalysisSpec, Finding
 
 SPEC = AnalysisSpec(
