@@ -502,66 +502,45 @@ def code_version() -> str:
 # content hash: its events never change) and code version, with a spinner saying what is being
 # computed meanwhile, and kept across loads of other runs.
 
-@st.cache_data(show_spinner="Computing the step times of this run…", max_entries=64)
-def _step_breakdown(path: str, run_id: str, version: str) -> pd.DataFrame:
-    return queries.step_breakdown(cur(), run_id)
+def per_run_figure(query: Callable[[Any, str], Any], spinner: str | bool) -> Callable[[str, str], Any]:
+    """`query(cursor, run_id)` cached per store, run and code version, with `spinner` shown while it
+    is computed. Streamlit keys a cache by the function's module, qualified name and source: each
+    figure's function gets its own qualified name, so no two figures share a cache."""
+    def compute(path: str, run_id: str, version: str) -> Any:
+        return query(cur(), run_id)
+
+    compute.__qualname__ = f"per_run_figure.{query.__name__}"
+    cached = st.cache_data(show_spinner=spinner, max_entries=64)(compute)
+
+    def read(path: str, run_id: str) -> Any:
+        return cached(path, run_id, code_version())
+
+    read.__name__ = read.__qualname__ = query.__name__
+    return read
 
 
-def step_breakdown(path: str, run_id: str) -> pd.DataFrame:
-    return _step_breakdown(path, run_id, code_version())
-
-
-@st.cache_data(show_spinner="Computing where each rank's time goes…", max_entries=64)
-def _rank_breakdown(path: str, run_id: str, version: str) -> pd.DataFrame:
-    return queries.rank_breakdown(cur(), run_id)
-
-
-def rank_breakdown(path: str, run_id: str) -> pd.DataFrame:
-    return _rank_breakdown(path, run_id, code_version())
-
-
-@st.cache_data(show_spinner="Summarising the ranks of this run…", max_entries=64)
-def _rank_summary(path: str, run_id: str, version: str) -> pd.DataFrame:
+def _rank_summary_frame(con, run_id: str) -> pd.DataFrame:
     from analyzers.analysis.metrics import rank_summary as summary
 
-    return pd.DataFrame(summary(cur(), run_id))
+    return pd.DataFrame(summary(con, run_id))
 
 
-def rank_summary(path: str, run_id: str) -> pd.DataFrame:
-    return _rank_summary(path, run_id, code_version())
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def _run_summary(path: str, run_id: str, version: str) -> dict:
-    return queries.run_summary(cur(), run_id)
+step_breakdown = per_run_figure(queries.step_breakdown, "Computing the step times of this run…")
+rank_breakdown = per_run_figure(queries.rank_breakdown, "Computing where each rank's time goes…")
+rank_summary = per_run_figure(_rank_summary_frame, "Summarising the ranks of this run…")
+collectives = per_run_figure(queries.collectives, "Matching the collectives of this run across ranks…")
+collective_summary = per_run_figure(queries.collective_summary, "Summarising the collectives of this run…")
+_run_summary = per_run_figure(queries.run_summary, False)
 
 
 def run_summary(run_id: str) -> dict:
     """The run-wide figures (queries.run_summary: mean steps, idle %, has_gpu)."""
-    return _run_summary(db_path(), run_id, code_version())
+    return _run_summary(db_path(), run_id)
 
 
 def is_cpu_only(run_id: str) -> bool:
     """A run whose ranks have no GPU activity (a CPU-only trace)."""
     return bool(len(rank_summary(db_path(), run_id))) and not run_summary(run_id)["has_gpu"]
-
-
-@st.cache_data(show_spinner="Matching the collectives of this run across ranks…", max_entries=64)
-def _collectives(path: str, run_id: str, version: str) -> pd.DataFrame:
-    return queries.collectives(cur(), run_id)
-
-
-def collectives(path: str, run_id: str) -> pd.DataFrame:
-    return _collectives(path, run_id, code_version())
-
-
-@st.cache_data(show_spinner="Summarising the collectives of this run…", max_entries=64)
-def _collective_summary(path: str, run_id: str, version: str) -> pd.DataFrame:
-    return queries.collective_summary(cur(), run_id)
-
-
-def collective_summary(path: str, run_id: str) -> pd.DataFrame:
-    return _collective_summary(path, run_id, code_version())
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
