@@ -139,6 +139,12 @@ RANK_LATENESS_MIN_STEP_FRACTION = 0.05
 # at least this share of the steps of one phase, and in at most the rest of it (1 - share) of the
 # other steps. 0.75: one phase step in four may be missed (a loaded host), as may the off-phase.
 PERIODIC_MIN_PHASE_SHARE = 0.75
+# Moving lateness counts a step only where the late rank's own work (its step time minus its
+# waiting) exceeds the others' median work in that step by at least this share of its lateness:
+# a rank late by work it did. Lateness its work does not explain (a loaded host delaying a rank
+# after a collective, scheduling between ranks doing the same work) moves from rank to rank too,
+# and is host noise. 0.5: half of the lateness, so work measured coarsely still counts.
+MOVING_LATENESS_MIN_WORK_SHARE = 0.5
 # A step outlier (a one-off spike, not a straggler): a step in which the waiting ranks lose more
 # than the median step by this many robust standard deviations of the per-step loss (3 sigma),
 # and by at least MIN_FINDING_PCT of the mean step (smaller excursions are too small to name).

@@ -14,7 +14,8 @@ from sample_traces.synthesize import synthesize
 
 
 # what is measured however small: no reporting floor, no noise floor
-UNDER_THE_FLOOR = {"MIN_FINDING_PCT": 0.0, "RANK_LATENESS_MIN_STEP_FRACTION": 0.0, "STRAGGLER_MIN_LATENESS_SIGMAS": 0.0}
+UNDER_THE_FLOOR = {"MIN_FINDING_PCT": 0.0, "RANK_LATENESS_MIN_STEP_FRACTION": 0.0, "STRAGGLER_MIN_LATENESS_SIGMAS": 0.0,
+                   "MOVING_LATENESS_MIN_WORK_SHARE": 0.0}
 
 
 def _find(con, run_id, **thresholds):

@@ -116,6 +116,14 @@ def _note_noise(s: dict[str, Any], ctx: Any) -> None:
     notes = getattr(ctx, "notes", None)
     if notes is None or s["jitter_ns"] is None:
         return
+    beyond, by_work = s["beyond_noise_steps"] or 0, s["beyond_noise_by_work_steps"] or 0
+    if beyond > by_work:
+        # late beyond the jitter, but not by more work of its own: the host delayed the ranks in turn
+        notes.append(f"The ranks reach their collectives apart by more than their own step-to-step jitter "
+                     f"({s['jitter_ns'] / 1e6:.2f} ms, the ranks' robust sigma of their own work per step) in {beyond} of "
+                     f"{s['steps_compared']} steps, but the last rank did more work of its own in only {by_work} of them "
+                     "(it was held up, not busier: a loaded host delays ranks in turn): no rank imbalance above the noise.")
+        return
     notes.append(f"The ranks reach their collectives apart by no more than their own step-to-step jitter "
                  f"({s['jitter_ns'] / 1e6:.2f} ms, the ranks' robust sigma of their own work per step; the last rank was "
                  f"late beyond it in {s['significant_steps'] or 0} of {s['steps_compared']} steps): no rank "
@@ -125,11 +133,12 @@ def _note_noise(s: dict[str, Any], ctx: Any) -> None:
 def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[Finding]:
     ensure_loaded(con)
     ctx = context(con, run_id, ctx)
-    summary = rows(con, "SELECT * FROM rank_imbalance_report(?, ?, ?, ?, ?, ?, ?, ?)",
+    summary = rows(con, "SELECT * FROM rank_imbalance_report(?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    [run_id, int(threshold(ctx, "HOST_BLOCKED_MIN_NS")), threshold(ctx, "STRAGGLER_MIN_STEP_SHARE"),
                     threshold(ctx, "STRAGGLER_MIN_LATENESS_SIGMAS"), threshold(ctx, "STEP_OUTLIER_SIGMAS"),
                     threshold(ctx, "MIN_FINDING_PCT") / 100.0,    # the reporting floor, as a fraction
-                    threshold(ctx, "RANK_LATENESS_MIN_STEP_FRACTION"), threshold(ctx, "PERIODIC_MIN_PHASE_SHARE")])
+                    threshold(ctx, "RANK_LATENESS_MIN_STEP_FRACTION"), threshold(ctx, "PERIODIC_MIN_PHASE_SHARE"),
+                    threshold(ctx, "MOVING_LATENESS_MIN_WORK_SHARE")])
     if not summary or summary[0]["straggler_rank"] is None:
         _note_single_rank(con, run_id, ctx)   # fewer than two ranks to compare: say so, no finding
         return []

@@ -13,14 +13,16 @@
 -- RANK_LATENESS_MIN_STEP_FRACTION of the step. Over the ordinary steps, the pattern is:
 --   persistent  one rank last in more than STRAGGLER_MIN_STEP_SHARE of them, its median lateness
 --               beyond STRAGGLER_MIN_LATENESS_SIGMAS robust standard deviations of its own lateness
---               and of the steadiest rank's work; or one rank last beyond the noise (as for
---               moving) in more than STRAGGLER_MIN_STEP_SHARE of them;
+--               and of the steadiest rank's work; or one rank last beyond the noise by its own
+--               work (as for moving) in more than STRAGGLER_MIN_STEP_SHARE of them;
 --   periodic    one rank late, beyond STRAGGLER_MIN_LATENESS_SIGMAS robust standard deviations of
 --               its lateness in the other steps and of the steadiest rank's work, in at least PERIODIC_MIN_PHASE_SHARE of the steps
 --               (3 or more) of one phase of a period k (every k-th step: an eval, a checkpoint);
 --   moving      in most steps the last rank is late beyond STRAGGLER_MIN_LATENESS_SIGMAS of
 --               jitter_ns (the ranks' median robust standard deviation of their work per step,
---               step time minus waiting), on changing ranks: each step's work differs;
+--               step time minus waiting), on changing ranks, by work of its own: its work exceeds
+--               the others' median in that step by MOVING_LATENESS_MIN_WORK_SHARE of its lateness
+--               (each step's work differs; lateness no work explains is the host's);
 --   noise       none of these: within the run's jitter, no finding.
 -- The cost counts only the steps the pattern explains (all ordinary steps for a persistent
 -- straggler, the periodic steps, the steps beyond the noise when it moves; none for noise), per
@@ -35,6 +37,8 @@
 --   lateness_ns, lateness_sigma_ns   its median lateness over the ordinary steps, and that
 --                          lateness' robust standard deviation
 --   jitter_ns              the ranks' median robust standard deviation of their own work per step
+--   beyond_noise_steps, beyond_noise_by_work_steps   ordinary steps whose last rank (any) was late
+--                          beyond the noise, and of those, late by work of its own (moving's test)
 --   imbalance_pct          (max - mean) / mean of work per step across ranks, in %
 --   straggler_work_ns, mean_work_ns   per step
 --   cost_ns                time each other rank loses per step in the steps the pattern explains: CPU (gloo)
@@ -58,7 +62,7 @@
 CREATE OR REPLACE MACRO rank_imbalance_report(run, host_blocked_min_ns, straggler_min_step_share,
                                               straggler_min_lateness_sigmas, step_outlier_sigmas,
                                               step_outlier_min_step_fraction, lateness_min_step_fraction,
-                                              periodic_min_phase_share) AS TABLE
+                                              periodic_min_phase_share, moving_min_work_share) AS TABLE
 WITH rb AS MATERIALIZED (
     SELECT * FROM rank_balance(run, host_blocked_min_ns)
 ), arrivals AS MATERIALIZED (
@@ -98,7 +102,11 @@ WITH rb AS MATERIALIZED (
     -- noise (jitter) and above lateness_min_step_fraction of the step
     SELECT o.step, o.rank, o.lateness_ns, o.step_wait_ns AS wait_ns,
            o.lateness_ns > straggler_min_lateness_sigmas * n.jitter_ns
-               AND o.lateness_ns > (SELECT floor_ns FROM step_floor) AS significant
+               AND o.lateness_ns > (SELECT floor_ns FROM step_floor) AS significant,
+           -- its own work in the step exceeds the others' by a share of its lateness
+           coalesce((SELECT w.work_ns FROM rank_work w WHERE w.step = o.step AND w.rank = o.rank)
+                    - (SELECT median(w.work_ns) FROM rank_work w WHERE w.step = o.step AND w.rank <> o.rank)
+                    >= moving_min_work_share * o.lateness_ns, false) AS by_own_work
     FROM ordinary o, noise n
     WHERE o.is_last
 ), persistence AS (
@@ -106,6 +114,7 @@ WITH rb AS MATERIALIZED (
     SELECT o.rank,
            count(*) FILTER (WHERE o.is_last) AS late_steps,
            count(*) FILTER (WHERE o.is_last AND l.significant) AS significant_steps,
+           count(*) FILTER (WHERE o.is_last AND l.significant AND l.by_own_work) AS significant_by_work_steps,
            count(*) AS steps_compared,
            median(o.lateness_ns) AS lateness_ns,
            1.4826 * mad(o.lateness_ns) AS lateness_sigma_ns
@@ -116,12 +125,12 @@ WITH rb AS MATERIALIZED (
     -- persistent: last in most steps, its median lateness beyond its own step-to-step spread of it
     -- and the steadiest rank's work jitter (the straggler's own work may vary: uneven lengths),
     -- and beyond the share of the step
-    -- or last beyond the noise in most steps (the same rank each time, however much its lateness
-    -- varies: that is no moving imbalance)
+    -- or last beyond the noise by work of its own in most steps (the same rank each time, however
+    -- much its lateness varies: that is no moving imbalance)
     SELECT *, (late_steps > straggler_min_step_share * steps_compared
                AND lateness_ns > straggler_min_lateness_sigmas * greatest(lateness_sigma_ns, (SELECT steadiest_jitter_ns FROM noise))
                AND lateness_ns > (SELECT floor_ns FROM step_floor))
-              OR significant_steps > straggler_min_step_share * steps_compared AS persistent
+              OR significant_by_work_steps > straggler_min_step_share * steps_compared AS persistent
     FROM persistence
 ), candidates AS (
     -- periodic lateness: rank, period (2 .. a third of the steps: 3 or more steps per phase), phase
@@ -151,11 +160,11 @@ WITH rb AS MATERIALIZED (
     ORDER BY phase_hits DESC, period, rank, phase LIMIT 1
 ), pattern AS (
     -- which pattern the lateness follows: 'persistent' (one rank, most steps), 'periodic' (one
-    -- rank, every k-th step), 'moving' (beyond the noise in most steps, on changing ranks) or
+    -- rank, every k-th step), 'moving' (beyond the noise by its own work in most steps, on changing ranks) or
     -- 'noise' (within the run's jitter: no finding)
     SELECT CASE WHEN (SELECT bool_or(persistent) FROM judged) THEN 'persistent'
                 WHEN (SELECT count(*) FROM periodic) > 0 THEN 'periodic'
-                WHEN (SELECT count(*) FILTER (WHERE significant) FROM late_rows)
+                WHEN (SELECT count(*) FILTER (WHERE significant AND by_own_work) FROM late_rows)
                      > straggler_min_step_share * (SELECT count(*) FROM late_rows) THEN 'moving'
                 ELSE 'noise' END AS kind
 ), chosen AS (
@@ -182,7 +191,7 @@ WITH rb AS MATERIALIZED (
     SELECT l.step FROM late_rows l, pattern p
     WHERE p.kind = 'persistent'
        OR (p.kind = 'periodic' AND list_contains((SELECT periodic_steps FROM periodic), l.step))
-       OR (p.kind = 'moving' AND l.significant)
+       OR (p.kind = 'moving' AND l.significant AND l.by_own_work)
 ), waits AS (
     SELECT sum(wait_ns) FILTER (WHERE NOT outlier AND step IN (SELECT step FROM counted_steps))
                / nullif(count(*) FILTER (WHERE NOT outlier), 0) AS ordinary_wait_ns,
@@ -218,7 +227,9 @@ WITH rb AS MATERIALIZED (
 ), late_rank AS (
     SELECT j.late_steps, j.significant_steps, j.steps_compared, j.lateness_ns, j.lateness_sigma_ns,
            (SELECT jitter_ns FROM noise) AS jitter_ns, (SELECT kind FROM pattern) AS pattern,
-           (SELECT period FROM periodic) AS period, (SELECT periodic_steps FROM periodic) AS periodic_steps
+           (SELECT period FROM periodic) AS period, (SELECT periodic_steps FROM periodic) AS periodic_steps,
+           (SELECT count(*) FILTER (WHERE significant) FROM late_rows) AS beyond_noise_steps,
+           (SELECT count(*) FILTER (WHERE significant AND by_own_work) FROM late_rows) AS beyond_noise_by_work_steps
     FROM judged j WHERE j.rank = (SELECT rank FROM chosen)
 ), step_rows AS (
     SELECT list({'step': c.step, 'wait_ns': c.wait_ns, 'late_rank': c.late_rank, 'outlier': c.outlier,
@@ -236,7 +247,7 @@ WITH rb AS MATERIALIZED (
 )
 SELECT c.straggler_rank, c.n_ranks, c.persistent, l.pattern, l.period, l.periodic_steps, l.late_steps,
        l.significant_steps, l.steps_compared, l.lateness_ns, l.lateness_sigma_ns, l.jitter_ns,
-       c.imbalance_pct, c.straggler_work_ns, c.mean_work_ns, c.cost_ns,
+       l.beyond_noise_steps, l.beyond_noise_by_work_steps, c.imbalance_pct, c.straggler_work_ns, c.mean_work_ns, c.cost_ns,
        least(c.relative_held_ns * c.scale, c.cost_ns) AS held_cost_ns,
        c.relative_max_lost_ns * c.scale AS max_lost_ns, c.max_lost_rank,
        c.mean_step_ns, c.wait_ns_per_step, c.matched, c.point_to_point, c.source,
