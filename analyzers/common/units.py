@@ -5,16 +5,19 @@ import math
 from typing import Any
 
 
-def human_bytes(value: Any, decimals: int = 2, missing: str = "?") -> str:
+def human_bytes(value: Any, decimals: int = 2, missing: str = "?", significant: int | None = None) -> str:
     """A byte count in binary units: 1048576 -> '1.00 MiB' (decimals=2), 597688320 -> '570.0 MiB'
-    (decimals=1); whole bytes below 1 KiB; `missing` for None or NaN."""
+    (decimals=1); with significant digits instead, a limit as it was set: 262144 -> '256 KiB',
+    1.5 GiB -> '1.5 GiB' (significant=3); whole bytes below 1 KiB; `missing` for None or NaN."""
     if value is None:
         return missing
     size = float(value)
     if math.isnan(size):
         return missing
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:,.{decimals}f} {unit}"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{size:.0f} B"
+            return f"{size:.{significant}g} {unit}" if significant else f"{size:,.{decimals}f} {unit}"
         size /= 1024
-    return f"{size:,.{decimals}f} TiB"
+    raise AssertionError("unreachable")

@@ -126,7 +126,7 @@ class _ArchiveCap:
         self.used = 0
 
     def refusal(self) -> "ArchiveRefused":
-        return ArchiveRefused(self.display, f"refused: the archive inflates to more than {human_bytes(self.cap)}, "
+        return ArchiveRefused(self.display, f"refused: the archive inflates to more than {human_bytes(self.cap, significant=3)}, "
                                         f"over {self.max_ratio:.0f}x its compressed size (a decompression bomb?)")
 
     def take(self, n: int) -> None:
@@ -237,14 +237,14 @@ def _inflate_to_temp(stream: IO[bytes], display: str, compressed_size: int, read
                 break
             written += len(chunk)
             if written > per_file_cap:
-                raise InputError(display, f"refused: it inflates to more than {human_bytes(per_file_cap)}, "
+                raise InputError(display, f"refused: it inflates to more than {human_bytes(per_file_cap, significant=3)}, "
                                           f"over {limits.max_ratio:.0f}x its compressed size "
                                           "(a decompression bomb?)")
             if archive is not None:
                 archive.take(len(chunk))
             if not reading.budget.take(len(chunk)):
                 raise InputError(display, "refused: the inputs inflate to more than "
-                                          f"{human_bytes(limits.max_total_bytes)} in all")
+                                          f"{human_bytes(limits.max_total_bytes, significant=3)} in all")
             digest.update(chunk)
             splitter.feed(chunk)
         result = splitter.finish()
@@ -303,7 +303,7 @@ def _gz_holds_tar(path: Path) -> bool:
 def _plain_file(path: Path, display: str, budget: _Budget, where: str, hashed: bool = True) -> RankFile:
     size = path.stat().st_size
     if not budget.take(size):
-        raise InputError(display, f"refused: the inputs exceed {human_bytes(budget.limits.max_total_bytes)} in all")
+        raise InputError(display, f"refused: the inputs exceed {human_bytes(budget.limits.max_total_bytes, significant=3)} in all")
     return RankFile(display, path.name, str(path), _hash_file(path) if hashed else "", size, where=where)
 
 
