@@ -6,7 +6,6 @@ per op, which would flatter fixes that cut op counts), the trace from a short pr
 from __future__ import annotations
 
 import gc
-
 import gzip
 import json
 import statistics

@@ -14,10 +14,14 @@ def human_bytes(value: Any, decimals: int = 2, missing: str = "?", significant: 
     size = float(value)
     if math.isnan(size):
         return missing
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            if unit == "B":
-                return f"{size:.0f} B"
-            return f"{size:.{significant}g} {unit}" if significant else f"{size:,.{decimals}f} {unit}"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024:
+            return _in_unit(size, unit, decimals, significant)
         size /= 1024
-    raise AssertionError("unreachable")
+    return _in_unit(size, "TiB", decimals, significant)
+
+
+def _in_unit(size: float, unit: str, decimals: int, significant: int | None) -> str:
+    if unit == "B":
+        return f"{size:.0f} B"
+    return f"{size:.{significant}g} {unit}" if significant else f"{size:,.{decimals}f} {unit}"
