@@ -417,6 +417,13 @@ def routes() -> list:
     return [Route(session_route_path(), _session_route, methods=["POST", "DELETE"])]
 
 
+def component_key(prefix: str, secret: str) -> str:
+    """A widget key for a custom component drawn per secret (a sign-in code, an upload ticket): hex
+    of the secret's hash, since Streamlit refuses a component key holding "__", which a url-safe
+    secret contains now and then, and the secret itself stays out of the page's element ids."""
+    return f"{prefix}-{hashlib.sha256(secret.encode()).hexdigest()[:16]}"
+
+
 @functools.cache
 def _cookie_writer():
     return st.components.v2.component("tracedoctor_session_cookie", js=_COOKIE_JS)
@@ -428,7 +435,7 @@ def _write_pending_cookie() -> None:
     if todo is not None:
         method, code = todo
         _cookie_writer()(data={"url": session_route_path(), "method": method, "code": code},
-                         key=f"cookie-{method}-{code[:8]}")
+                         key=component_key(f"cookie-{method}", code))
 
 
 def _token_session_user() -> User | None:

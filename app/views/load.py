@@ -127,7 +127,7 @@ def upload_tab() -> Attempt | None:
     ticket = session_ticket()
     if ticket is None:
         return None
-    uploads.uploader(ticket, key=f"uploader-{ticket.ticket_id[:12]}")
+    uploads.uploader(ticket, key=auth.component_key("uploader", ticket.ticket_id))
     done, pending = ticket.completed(), ticket.pending()
     if done:
         total_mb = sum(f.size for f in done) / 2**20

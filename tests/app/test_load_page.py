@@ -165,3 +165,23 @@ def test_a_url_loads_like_a_folder_and_events_go_where_configured(tmp_path, monk
     assert list(run_names(db).values()) == ["job_u"]
     assert any("Loaded run **job_u**" in plain(s.value) for s in at.success)
     assert len(list((tmp_path / "events").glob("run_id=*/rank=*/*.parquet"))) == 2
+
+
+def test_an_upload_ticket_whose_secret_holds_two_underscores_draws_the_page(tmp_path, monkeypatch):
+    """Upload tickets are url-safe secrets; now and then one holds "__", which Streamlit refuses in
+    a component's key: the page must draw whatever the secret."""
+    import secrets
+
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda nbytes=32: "ab__cd__" + "x" * 35)
+    at = goto_load(open_app(monkeypatch, tmp_path / "s.duckdb"))
+    assert not at.exception, [e.value for e in at.exception]
+    job = write_job(tmp_path / "job_a", 2, 10**15)
+    at = load_path(at, str(job))       # a load opens the next ticket, drawn again
+    assert [s.value for s in at.success]
+
+
+def test_component_keys_never_hold_two_underscores_and_differ_per_secret():
+    from app.auth import component_key
+
+    keys = {component_key("uploader", secret) for secret in ("a__b", "a__c", "__", "x_")}
+    assert len(keys) == 4 and not any("__" in key for key in keys)
