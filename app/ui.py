@@ -44,13 +44,7 @@ def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
 
 def human_bytes(value: Any) -> str:
     """597688320 -> '570.0 MiB' (binary units); '' for a missing size."""
-    return units.human_bytes(None if value is pd.NA or value is pd.NaT else value, decimals=1, missing="")
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return ""
+    return units.human_bytes(None if pd.isna(value) else value, decimals=1, missing="")
 
 
 def table(frame: pd.DataFrame, bytes_columns: tuple[str, ...] = (), **kwargs: Any) -> None:

@@ -15,6 +15,7 @@ import duckdb
 
 from analyzers.analysis.kinds.rank_imbalance import context, ms, rows, threshold
 from analyzers.common.model import AnalysisSpec, EvidenceSeries, Finding
+from analyzers.common.units import human_bytes
 from analyzers.sql.engine import ensure_loaded
 
 SPEC = AnalysisSpec(
@@ -51,15 +52,6 @@ def _link_class(busbw_gbps: float | None, ctx: Any) -> str:
     if busbw_gbps < threshold(ctx, "LINK_SLOW_GBPS"):
         return "slow"
     return "fast" if busbw_gbps >= threshold(ctx, "LINK_FAST_GBPS") else "medium"
-
-
-def _fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "unknown size"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def _hosts(con: duckdb.DuckDBPyConnection, run_id: str) -> int | None:
@@ -136,9 +128,9 @@ def find(con: duckdb.DuckDBPyConnection, run_id: str, ctx: Any = None) -> list[F
         if serialized:
             text += " Communication runs after the compute (serialised after backward) instead of during it."
         if r["median_msg_bytes"] is not None:
-            text += f" Median message {_fmt_bytes(r['median_msg_bytes'])}"
+            text += f" Median message {human_bytes(r['median_msg_bytes'], decimals=1)}"
             if (r["small_msg_share"] or 0) > 0:
-                text += f", {100 * r['small_msg_share']:.0f}% under {_fmt_bytes(small_bytes)}"
+                text += f", {100 * r['small_msg_share']:.0f}% under {human_bytes(small_bytes, decimals=1)}"
             if r["busbw_gbps"] is not None:
                 text += f"; bus bandwidth {r['busbw_gbps']:.1f} GB/s"
             text += "."
