@@ -30,7 +30,6 @@ def job(tmp_path_factory) -> dict[str, Any]:
         assert report["run"], report.get("errors")
         assert_report_costs_within_the_step(report)
         measured[variant] = {"step_ms": result.slowest_rank_ms,
-                             "traced_step_ms": report["run"]["step_unit"]["mean_step_ms"],
                              "comm": [f for f in report["findings"] if f["kind"] == "comm_exposed"]}
     return measured
 
@@ -62,15 +61,23 @@ def test_one_round_per_optimizer_step_rules_no_sync_out(job):
         assert "allreduce_rounds_per_step = 1" in finding["fixes_ruled_out"]["no_sync_accumulation"]
 
 
-def test_the_what_if_of_no_sync_predicts_most_of_what_the_traced_step_lost(job):
-    # the replay removes three of the four rounds, their waits included however gloo splits them;
-    # on the CPU it cannot count the cores the hidden rounds took from backward, so it predicts less
-    # than the fix buys (0.6-0.75 of it on a 2-CPU machine), never more
+def test_the_what_if_of_no_sync_predicts_the_exposed_communication_it_removes(job):
+    # the replay removes three of the four rounds, their waits included however gloo splits them.
+    # In 21 runs on a 2-CPU machine its saving was 0.87-1.09 of three quarters of the exposed
+    # communication it starts from, and 0.84-1.29 of the drop the after-run measures (whose own
+    # exposure varies run to run). The step drops more (0.44-0.85 of the timed saving; of the 6
+    # profiled steps' 0.46-0.72, or nothing where this VM slowed the after-run): on the CPU the
+    # hidden rounds also take cores from backward, which no dependency in the trace shows and the
+    # replay's assumptions say
     [finding] = job["before"]["comm"]
     whatif = finding["whatif"]
     assert whatif["fix_ids"] == ["no_sync_accumulation"], whatif
-    traced_saving = job["before"]["traced_step_ms"] - job["after"]["traced_step_ms"]
-    ratio = whatif["saving_ms"] / traced_saving
-    print(f"no_sync what-if: saves {whatif['saving_ms']:.2f} ms of a traced {traced_saving:.2f} ms ({ratio:.2f})")
-    assert 0.5 <= ratio <= 1.3, (whatif, traced_saving)
+    removed_rounds = 1 - finding["metrics"]["optimizer_steps_per_step"] / finding["metrics"]["allreduce_rounds_per_step"]
+    exposed_drop = finding["cost_ms_per_step"] - max((f["cost_ms_per_step"] for f in job["after"]["comm"]), default=0.0)
+    saved_ms = job["before"]["step_ms"] - job["after"]["step_ms"]
+    print(f"no_sync what-if: saves {whatif['saving_ms']:.2f} ms of {finding['cost_ms_per_step']:.2f} ms exposed; "
+          f"the after-run's exposure dropped {exposed_drop:.2f} ms, its timed step {saved_ms:.2f} ms")
+    assert 0.75 <= whatif["saving_ms"] / (removed_rounds * finding["cost_ms_per_step"]) <= 1.3, whatif
+    assert 0.7 <= whatif["saving_ms"] / exposed_drop <= 1.5, (whatif, exposed_drop)
+    assert whatif["saving_ms"] <= 1.3 * saved_ms, (whatif, saved_ms)    # never promises more than the fix buys
     assert any("take cores" in a for a in whatif["assumptions"]), whatif["assumptions"]
